@@ -1,0 +1,1363 @@
+/* run.c: inference for Llama-family transformers in one C file.
+
+   It memory-maps a checkpoint (llama2.c "version 0", or this project's own
+   versioned format), encodes text with a SentencePiece-exact BPE tokenizer,
+   runs the transformer forward pass one position at a time over a key/value
+   cache, and samples the next token.
+
+   Reading order: structs and loading; math kernels; forward; tokenizer;
+   sampler; output; modes; command line and main.
+
+   Build: make            (optimized for this machine, OpenMP if available)
+          make portable   (runs on any x86-64 / ARM64 machine) */
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ----------------------------------------------------------------------------
+   Errors. Loaders and parsers do not exit: they write one line into
+   error_message ("FILE: problem") and return -1, so main can print it and
+   the tests (and fuzzers) can check it. */
+
+static char error_message[512];
+
+static int fail(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(error_message, sizeof error_message, format, args);
+    va_end(args);
+    return -1;
+}
+
+/* ----------------------------------------------------------------------------
+   Structs and loading */
+
+// GGML type ids, so that our format and GGUF name weight types alike.
+enum { TYPE_F32 = 0 };
+
+typedef struct {
+    int dim;               // transformer width
+    int hidden_dim;        // feed-forward (SwiGLU) width
+    int n_layers;
+    int n_heads;           // query heads
+    int n_kv_heads;        // key/value heads; n_heads is a multiple of it (GQA/MQA)
+    int vocab_size;
+    int seq_len;           // context length: positions the KV cache holds
+    int head_size;         // dim / n_heads
+    float rope_theta;      // RoPE base frequency
+    float norm_eps;        // RMSNorm epsilon
+    int shared_classifier; // 1: the classifier reuses token_embedding
+    int bos_id, eos_id;
+    int weight_type;       // TYPE_F32, ... for the matrices (norms are always F32)
+} Config;
+
+// A weight matrix in the mapped file, row-major [rows][cols].
+typedef struct {
+    const void *data;
+    int type;
+    int rows, cols;
+} Matrix;
+
+typedef struct {
+    const float *rms_att; // (dim)
+    const float *rms_ffn; // (dim)
+    Matrix wq;            // (n_heads*head_size, dim)
+    Matrix wk;            // (n_kv_heads*head_size, dim)
+    Matrix wv;            // (n_kv_heads*head_size, dim)
+    Matrix wo;            // (dim, n_heads*head_size)
+    Matrix w1;            // (hidden_dim, dim)   gate
+    Matrix w2;            // (dim, hidden_dim)   down
+    Matrix w3;            // (hidden_dim, dim)   up
+} LayerWeights;
+
+// Every pointer points into the memory map; nothing here owns weight data.
+typedef struct {
+    Matrix token_embedding; // (vocab_size, dim)
+    LayerWeights *layers;   // (n_layers), the only allocation
+    const float *rms_final; // (dim)
+    Matrix wcls;            // (vocab_size, dim), the embedding when shared
+} TransformerWeights;
+
+// Activations for one position, and the KV cache for all positions so far.
+typedef struct {
+    float *x;           // (dim) the residual stream
+    float *xb;          // (dim) normed input / attention output
+    float *xb2;         // (dim) a second dim-sized buffer
+    float *hb;          // (hidden_dim) gate
+    float *hb2;         // (hidden_dim) up
+    float *q;           // (n_heads*head_size) query of the current position
+    float *att;         // (n_heads, seq_len) attention scores
+    float *rope_cos;    // (head_size/2) rotation of the current position
+    float *rope_sin;    // (head_size/2)
+    float *logits;      // (vocab_size)
+    float *key_cache;   // (n_layers, seq_len, kv_dim)
+    float *value_cache; // (n_layers, seq_len, kv_dim)
+} RunState;
+
+typedef struct {
+    Config config;
+    TransformerWeights weights;
+    RunState state;
+    void *map;           // the whole checkpoint file, read-only
+    size_t map_size;
+    long long n_forward; // forward passes run, for tests and timing
+} Transformer;
+
+// Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
+#define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
+#define RUNC_VERSION 1
+#define RUNC_HEADER_SIZE 256
+#define RUNC_ALIGN 64
+#define V0_HEADER_SIZE 28
+
+// Limits that keep every size computation far from overflowing 64 bits
+// while admitting any real model (Llama 3 405B has dim 16384).
+#define MAX_DIM (1 << 16)
+#define MAX_HIDDEN (1 << 20)
+#define MAX_LAYERS (1 << 12)
+#define MAX_VOCAB (1 << 24)
+#define MAX_SEQ_LEN (1 << 24)
+
+static size_t type_row_bytes(int type, int cols) {
+    (void)type; // only F32 so far
+    return (size_t)cols * sizeof(float);
+}
+
+static int kv_dim(const Config *c) { return c->n_kv_heads * c->head_size; }
+
+static int check_config(const Config *c, const char *path) {
+    if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 ||
+        c->n_kv_heads <= 0 || c->vocab_size <= 0 || c->seq_len <= 0)
+        return fail("%s: header has a zero or negative size (dim %d, hidden_dim %d, n_layers %d, "
+                    "n_heads %d, n_kv_heads %d, vocab_size %d, seq_len %d)", path, c->dim,
+                    c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+    if (c->dim > MAX_DIM || c->hidden_dim > MAX_HIDDEN || c->n_layers > MAX_LAYERS ||
+        c->vocab_size > MAX_VOCAB || c->seq_len > MAX_SEQ_LEN)
+        return fail("%s: header sizes out of range (dim %d, hidden_dim %d, n_layers %d, vocab_size %d, "
+                    "seq_len %d)", path, c->dim, c->hidden_dim, c->n_layers, c->vocab_size, c->seq_len);
+    if (c->dim % c->n_heads != 0)
+        return fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
+    if (c->head_size != c->dim / c->n_heads)
+        return fail("%s: head_size %d is not dim / n_heads = %d", path, c->head_size, c->dim / c->n_heads);
+    if (c->head_size % 2 != 0)
+        return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
+    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+        return fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
+    if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
+        return fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
+    if (c->bos_id < 0 || c->bos_id >= c->vocab_size || c->eos_id < 0 || c->eos_id >= c->vocab_size)
+        return fail("%s: BOS id %d or EOS id %d is outside the vocabulary of %d", path, c->bos_id,
+                    c->eos_id, c->vocab_size);
+    return 0;
+}
+
+// Walks the tensors of a checkpoint in file order. With base == NULL it only
+// adds up sizes, so the exact file size can be checked before any weight is
+// touched; with base set it returns where each tensor starts.
+typedef struct {
+    const char *base;
+    uint64_t offset;
+    uint64_t align; // 1 for version 0, RUNC_ALIGN for our format
+} TensorWalk;
+
+static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
+    w->offset = (w->offset + w->align - 1) / w->align * w->align;
+    const char *p = w->base ? w->base + w->offset : NULL;
+    w->offset += bytes;
+    return p;
+}
+
+static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int cols, int type) {
+    return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
+}
+
+// Where each tensor starts; the per-layer ones hold all layers back to back.
+typedef struct {
+    const char *token_embedding, *rms_att, *rms_ffn, *wq, *wk, *wv, *wo, *w1, *w2, *w3, *rms_final, *wcls;
+} TensorStarts;
+
+// llama2.c version 0: embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3,
+// rms_final, two legacy RoPE tables, [wcls]. Returns the file size it implies.
+static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
+    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
+    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
+    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
+    walk_tensor(w, (uint64_t)c->seq_len * c->head_size * sizeof(float)); // legacy RoPE tables
+    t->wcls = c->shared_classifier ? t->token_embedding
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    return w->offset;
+}
+
+// Our format: the norms first (always F32), then the matrices in weight_type.
+static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
+    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
+    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
+    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->wcls = c->shared_classifier ? t->token_embedding
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    return w->offset;
+}
+
+// Layer l's matrix inside a stacked tensor.
+static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
+    Matrix m = {stack + (size_t)l * rows * type_row_bytes(type, cols), type, rows, cols};
+    return m;
+}
+
+static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    w->token_embedding = (Matrix){t->token_embedding, wt, c->vocab_size, c->dim};
+    w->wcls = (Matrix){t->wcls, wt, c->vocab_size, c->dim};
+    w->rms_final = (const float *)t->rms_final;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
+        lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
+        lw->wq = layer_matrix(t->wq, l, q_dim, c->dim, wt);
+        lw->wk = layer_matrix(t->wk, l, kv_dim(c), c->dim, wt);
+        lw->wv = layer_matrix(t->wv, l, kv_dim(c), c->dim, wt);
+        lw->wo = layer_matrix(t->wo, l, c->dim, q_dim, wt);
+        lw->w1 = layer_matrix(t->w1, l, c->hidden_dim, c->dim, wt);
+        lw->w2 = layer_matrix(t->w2, l, c->dim, c->hidden_dim, wt);
+        lw->w3 = layer_matrix(t->w3, l, c->hidden_dim, c->dim, wt);
+    }
+}
+
+static int32_t read_i32(const unsigned char *p) {
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static float read_f32(const unsigned char *p) {
+    int32_t i = read_i32(p);
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
+    if (size < V0_HEADER_SIZE)
+        return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
+    c->dim = read_i32(h);
+    c->hidden_dim = read_i32(h + 4);
+    c->n_layers = read_i32(h + 8);
+    c->n_heads = read_i32(h + 12);
+    c->n_kv_heads = read_i32(h + 16);
+    int vocab = read_i32(h + 20);
+    c->seq_len = read_i32(h + 24);
+    c->shared_classifier = vocab > 0; // negative: a separate classifier is stored at the end
+    c->vocab_size = vocab == INT_MIN ? 0 : abs(vocab);
+    c->head_size = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+    c->rope_theta = 10000.0f;
+    c->norm_eps = 1e-5f;
+    c->bos_id = 1;
+    c->eos_id = 2;
+    c->weight_type = TYPE_F32;
+    return 0;
+}
+
+static int parse_header_runc(Config *c, const unsigned char *h, size_t size, const char *path) {
+    if (size < RUNC_HEADER_SIZE)
+        return fail("%s: %zu bytes is too small for a run.c header (%d bytes)", path, size, RUNC_HEADER_SIZE);
+    int version = read_i32(h + 4);
+    if (version != RUNC_VERSION)
+        return fail("%s: run.c format version %d is not supported (this build reads version %d)", path,
+                    version, RUNC_VERSION);
+    c->dim = read_i32(h + 8);
+    c->hidden_dim = read_i32(h + 12);
+    c->n_layers = read_i32(h + 16);
+    c->n_heads = read_i32(h + 20);
+    c->n_kv_heads = read_i32(h + 24);
+    c->vocab_size = read_i32(h + 28);
+    c->seq_len = read_i32(h + 32);
+    c->head_size = read_i32(h + 36);
+    c->rope_theta = read_f32(h + 40);
+    c->norm_eps = read_f32(h + 44);
+    c->shared_classifier = read_i32(h + 48);
+    c->bos_id = read_i32(h + 52);
+    c->eos_id = read_i32(h + 56);
+    c->weight_type = read_i32(h + 60);
+    if (c->shared_classifier != 0 && c->shared_classifier != 1)
+        return fail("%s: shared_classifier is %d, not 0 or 1", path, c->shared_classifier);
+    if (c->weight_type != TYPE_F32)
+        return fail("%s: weight type %d is not supported (supported: 0 = F32)", path, c->weight_type);
+    return 0;
+}
+
+static int map_file(const char *path, void **map, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) { close(fd); return fail("%s: cannot stat: %s", path, strerror(errno)); }
+    if (S_ISDIR(st.st_mode)) { close(fd); return fail("%s: is a directory, not a file", path); }
+    if (!S_ISREG(st.st_mode)) { close(fd); return fail("%s: is not a regular file", path); }
+    if (st.st_size == 0) { close(fd); return fail("%s: file is empty", path); }
+    if ((uint64_t)st.st_size > SIZE_MAX) { close(fd); return fail("%s: file too large to map", path); }
+    *size = (size_t)st.st_size;
+    *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); // the mapping keeps the file open
+    if (*map == MAP_FAILED) return fail("%s: cannot map: %s", path, strerror(errno));
+    return 0;
+}
+
+static int alloc_run_state(RunState *s, const Config *c) {
+    size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c);
+    s->x = calloc((size_t)c->dim, sizeof(float));
+    s->xb = calloc((size_t)c->dim, sizeof(float));
+    s->xb2 = calloc((size_t)c->dim, sizeof(float));
+    s->hb = calloc((size_t)c->hidden_dim, sizeof(float));
+    s->hb2 = calloc((size_t)c->hidden_dim, sizeof(float));
+    s->q = calloc((size_t)c->n_heads * c->head_size, sizeof(float));
+    s->att = calloc((size_t)c->n_heads * c->seq_len, sizeof(float));
+    s->rope_cos = calloc((size_t)c->head_size / 2, sizeof(float));
+    s->rope_sin = calloc((size_t)c->head_size / 2, sizeof(float));
+    s->logits = calloc((size_t)c->vocab_size, sizeof(float));
+    s->key_cache = calloc(kv, sizeof(float));
+    s->value_cache = calloc(kv, sizeof(float));
+    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
+        !s->rope_sin || !s->logits || !s->key_cache || !s->value_cache)
+        return -1;
+    return 0;
+}
+
+static void free_run_state(RunState *s) {
+    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
+    free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
+    memset(s, 0, sizeof *s);
+}
+
+void transformer_close(Transformer *t) {
+    free_run_state(&t->state);
+    free(t->weights.layers);
+    if (t->map) munmap(t->map, t->map_size);
+    memset(t, 0, sizeof *t);
+}
+
+// Maps a checkpoint, checks it completely, points the weights into it and
+// allocates the run state. 0 on success; -1 with error_message set.
+int transformer_open(Transformer *t, const char *path) {
+    memset(t, 0, sizeof *t);
+    if (map_file(path, &t->map, &t->map_size) != 0) return -1;
+    const unsigned char *h = t->map;
+    Config *c = &t->config;
+    int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
+    int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
+    if (err == 0) err = check_config(c, path);
+    if (err != 0) { transformer_close(t); return -1; }
+
+    // Size everything first (nothing is read), then point into the map.
+    uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
+    TensorWalk walk = {NULL, header, align};
+    TensorStarts starts;
+    uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
+    if (expected != t->map_size) {
+        fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
+             (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
+        transformer_close(t);
+        return -1;
+    }
+    t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
+    if (!t->weights.layers || alloc_run_state(&t->state, c) != 0) {
+        fail("%s: out of memory for the run state (seq_len %d)", path, c->seq_len);
+        transformer_close(t);
+        return -1;
+    }
+    walk = (TensorWalk){t->map, header, align};
+    if (runc) walk_runc(&walk, &starts, c);
+    else walk_v0(&walk, &starts, c);
+    point_weights(&t->weights, &starts, c);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+   Math kernels. Each works on plain float arrays; matmul dispatches on the
+   weight type. */
+
+static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+}
+
+static void softmax(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+// out[i] = dot(w[i, :], x): the plain reference kernel.
+static void matmul_f32(float *out, const float *x, const float *w, int rows, int cols) {
+    int i;
+    #pragma omp parallel for private(i)
+    for (i = 0; i < rows; i++) {
+        const float *row = w + (size_t)i * cols;
+        float sum = 0.0f;
+        for (int j = 0; j < cols; j++) sum += row[j] * x[j];
+        out[i] = sum;
+    }
+}
+
+// out (m.rows) = m (m.rows, m.cols) @ x (m.cols)
+static void matmul(float *out, const float *x, const Matrix *m) {
+    matmul_f32(out, x, m->data, m->rows, m->cols);
+}
+
+// Copies row `row` of a matrix into out as floats (the embedding lookup).
+static void matrix_row(float *out, const Matrix *m, int row) {
+    memcpy(out, (const float *)m->data + (size_t)row * m->cols, (size_t)m->cols * sizeof(float));
+}
+
+// The rotation angles for position pos, computed in double so that long
+// contexts keep their precision: pair i turns by pos * theta^(-2i/head_size).
+static void rope_angles(float *cos_out, float *sin_out, int pos, int head_size, float theta) {
+    for (int i = 0; i < head_size / 2; i++) {
+        double angle = pos * pow(theta, -2.0 * i / head_size);
+        cos_out[i] = (float)cos(angle);
+        sin_out[i] = (float)sin(angle);
+    }
+}
+
+// Rotates consecutive pairs (x[2i], x[2i+1]) of each of n_heads heads.
+static void rope(float *x, int n_heads, int head_size, const float *cos_t, const float *sin_t) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * head_size;
+        for (int i = 0; i < head_size / 2; i++) {
+            float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * cos_t[i] - b * sin_t[i];
+            v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+        }
+    }
+}
+
+// hb = silu(hb) * hb2, the SwiGLU gate.
+static void swiglu(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = hb[i];
+        hb[i] = g / (1.0f + expf(-g)) * hb2[i];
+    }
+}
+
+/* ----------------------------------------------------------------------------
+   Forward: one token at position pos; returns the logits (vocab_size). The
+   caller feeds positions 0, 1, 2, ... in order; pos < seq_len. */
+
+// Causal self-attention of head h over positions 0..pos of this layer's cache.
+static void attention_head(const Transformer *t, int layer, int h, int pos) {
+    const Config *c = &t->config;
+    const RunState *s = &t->state;
+    int hs = c->head_size, kvd = kv_dim(c);
+    int kv_head = h / (c->n_heads / c->n_kv_heads);
+    size_t layer_offset = (size_t)layer * c->seq_len * kvd;
+    const float *q = s->q + (size_t)h * hs;
+    float *att = s->att + (size_t)h * c->seq_len;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int p = 0; p <= pos; p++) {
+        const float *k = s->key_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
+        float score = 0.0f;
+        for (int i = 0; i < hs; i++) score += q[i] * k[i];
+        att[p] = score * scale;
+    }
+    softmax(att, pos + 1);
+    float *out = s->xb + (size_t)h * hs;
+    memset(out, 0, (size_t)hs * sizeof(float));
+    for (int p = 0; p <= pos; p++) {
+        const float *v = s->value_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
+        for (int i = 0; i < hs; i++) out[i] += att[p] * v[i];
+    }
+}
+
+float *forward(Transformer *t, int token, int pos) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    RunState *s = &t->state;
+    int dim = c->dim, hs = c->head_size, kvd = kv_dim(c);
+    t->n_forward++;
+
+    matrix_row(s->x, &w->token_embedding, token);
+    rope_angles(s->rope_cos, s->rope_sin, pos, hs, c->rope_theta);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
+        float *k = s->key_cache + cache_at;
+        float *v = s->value_cache + cache_at;
+
+        // attention: q, k, v for this position; k and v go straight into the cache
+        rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
+        matmul(s->q, s->xb, &lw->wq);
+        matmul(k, s->xb, &lw->wk);
+        matmul(v, s->xb, &lw->wv);
+        rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
+        rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
+        int h;
+        #pragma omp parallel for private(h)
+        for (h = 0; h < c->n_heads; h++) attention_head(t, l, h, pos);
+        matmul(s->xb2, s->xb, &lw->wo);
+        for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
+
+        // feed-forward: w2 (silu(w1 x) * w3 x)
+        rmsnorm(s->xb, s->x, lw->rms_ffn, dim, c->norm_eps);
+        matmul(s->hb, s->xb, &lw->w1);
+        matmul(s->hb2, s->xb, &lw->w3);
+        swiglu(s->hb, s->hb2, c->hidden_dim);
+        matmul(s->xb2, s->hb, &lw->w2);
+        for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
+    }
+    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
+    matmul(s->logits, s->x, &w->wcls);
+    return s->logits;
+}
+
+/* ----------------------------------------------------------------------------
+   Tokenizer: SentencePiece BPE over llama2.c's tokenizer.bin, exact.
+
+   tokenizer.bin: int32 max_token_length, then for each of vocab_size tokens:
+   float32 score, int32 byte length, the piece's bytes (spaces, not U+2581).
+
+   Encoding follows SentencePiece: prepend the dummy-prefix space, split into
+   UTF-8 characters, repeatedly merge the adjacent pair whose concatenation is
+   the highest-scoring piece (leftmost on ties), then spell whatever is not a
+   piece as <0xXX> byte tokens. */
+
+// Token kinds, numbered as SentencePiece and GGUF number them.
+enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_BYTE = 6 };
+
+typedef struct {
+    char **vocab;          // (vocab_size) pieces, NUL-terminated
+    int *piece_len;        // (vocab_size) byte lengths
+    float *scores;         // (vocab_size) merge priority
+    unsigned char *kind;   // (vocab_size) TOKEN_*; only normal pieces take part in merges
+    int vocab_size;
+    int bos_id, eos_id, unk_id;
+    int add_dummy_prefix;  // SentencePiece normalizer flags
+    int remove_extra_spaces;
+    int byte_token[256];   // id of <0xXX>, or -1
+    int *table;            // (table_size) piece hash table of ids, -1 = empty
+    size_t table_size;     // a power of two
+} Tokenizer;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; // FNV-1a
+    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+// Id of the normal piece s[0..n), or -1.
+static int lookup_piece(const Tokenizer *tk, const char *s, size_t n) {
+    size_t mask = tk->table_size - 1;
+    for (size_t i = hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
+        int id = tk->table[i];
+        if (id < 0) return -1;
+        if ((size_t)tk->piece_len[id] == n && memcmp(tk->vocab[id], s, n) == 0) return id;
+    }
+}
+
+static int is_byte_piece(const char *p, int len) {
+    return len == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && isxdigit((unsigned char)p[3]) &&
+           isxdigit((unsigned char)p[4]) && p[5] == '>';
+}
+
+// tokenizer.bin has no token kinds; recover them from the pieces as
+// llama2.c's exporter wrote them.
+static unsigned char guess_kind(const char *p, int len) {
+    if (is_byte_piece(p, len)) return TOKEN_BYTE;
+    if (!strcmp(p, "<unk>")) return TOKEN_UNKNOWN;
+    if (!strcmp(p, "\n<s>\n") || !strcmp(p, "\n</s>\n") || !strcmp(p, "<s>") || !strcmp(p, "</s>"))
+        return TOKEN_CONTROL;
+    return TOKEN_NORMAL;
+}
+
+// Fills the hash table and byte table from vocab/kind. The first of two
+// equal pieces wins, as in SentencePiece.
+static int index_vocab(Tokenizer *tk) {
+    tk->table_size = 16;
+    while (tk->table_size < 2 * (size_t)tk->vocab_size) tk->table_size *= 2;
+    tk->table = malloc(tk->table_size * sizeof(int));
+    if (!tk->table) return -1;
+    memset(tk->table, 0xff, tk->table_size * sizeof(int));
+    for (int b = 0; b < 256; b++) tk->byte_token[b] = -1;
+    tk->unk_id = 0;
+    tk->add_dummy_prefix = 1;
+    // tokenizer.bin does not record SentencePiece's remove_extra_whitespaces.
+    // A vocabulary trained with it never saw two spaces in a row, so it has
+    // no piece holding them (Llama 2's has "  ", tok512's has none).
+    tk->remove_extra_spaces = 1;
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (tk->kind[id] == TOKEN_NORMAL && strstr(tk->vocab[id], "  ")) tk->remove_extra_spaces = 0;
+    for (int id = 0; id < tk->vocab_size; id++) {
+        const char *p = tk->vocab[id];
+        if (tk->kind[id] == TOKEN_BYTE) {
+            int b = (int)strtol(p + 3, NULL, 16);
+            if (tk->byte_token[b] < 0) tk->byte_token[b] = id;
+            continue;
+        }
+        if (tk->kind[id] == TOKEN_UNKNOWN) tk->unk_id = id;
+        if (tk->kind[id] != TOKEN_NORMAL || lookup_piece(tk, p, tk->piece_len[id]) >= 0) continue;
+        size_t mask = tk->table_size - 1, i = hash_bytes(p, tk->piece_len[id]) & mask;
+        while (tk->table[i] >= 0) i = (i + 1) & mask;
+        tk->table[i] = id;
+    }
+    return 0;
+}
+
+void tokenizer_close(Tokenizer *tk) {
+    if (tk->vocab)
+        for (int i = 0; i < tk->vocab_size; i++) free(tk->vocab[i]);
+    free(tk->vocab); free(tk->piece_len); free(tk->scores); free(tk->kind); free(tk->table);
+    memset(tk, 0, sizeof *tk);
+}
+
+static int tokenizer_alloc(Tokenizer *tk, int vocab_size) {
+    memset(tk, 0, sizeof *tk);
+    tk->vocab_size = vocab_size;
+    tk->vocab = calloc((size_t)vocab_size, sizeof(char *));
+    tk->piece_len = calloc((size_t)vocab_size, sizeof(int));
+    tk->scores = calloc((size_t)vocab_size, sizeof(float));
+    tk->kind = calloc((size_t)vocab_size, 1);
+    tk->bos_id = 1;
+    tk->eos_id = 2;
+    return tk->vocab && tk->piece_len && tk->scores && tk->kind ? 0 : -1;
+}
+
+// Reads a tokenizer.bin that must hold exactly vocab_size tokens (the model's).
+int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
+    if (tokenizer_alloc(tk, vocab_size) != 0) return fail("%s: out of memory", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { tokenizer_close(tk); return fail("%s: is a directory, not a file", path); }
+    FILE *f = fopen(path, "rb");
+    if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
+    unsigned char word[4];
+    int err = 0;
+    if (fread(word, 1, 4, f) != 4) err = fail("%s: too short for a tokenizer (no header)", path);
+    for (int i = 0; i < vocab_size && !err; i++) {
+        unsigned char entry[8];
+        if (fread(entry, 1, 8, f) != 8) {
+            err = fail("%s: ends after %d tokens but the model has vocab_size %d (tokenizer of another model?)",
+                       path, i, vocab_size);
+            break;
+        }
+        tk->scores[i] = read_f32(entry);
+        int len = read_i32(entry + 4);
+        if (len < 0 || len > 65536 || !isfinite(tk->scores[i])) {
+            err = fail("%s: token %d has a bad length %d or score", path, i, len);
+            break;
+        }
+        tk->vocab[i] = malloc((size_t)len + 1);
+        if (!tk->vocab[i]) { err = fail("%s: out of memory", path); break; }
+        if (fread(tk->vocab[i], 1, (size_t)len, f) != (size_t)len) {
+            err = fail("%s: ends inside token %d of %d (truncated)", path, i, vocab_size);
+            break;
+        }
+        tk->vocab[i][len] = '\0';
+        tk->piece_len[i] = len;
+        tk->kind[i] = guess_kind(tk->vocab[i], len);
+    }
+    if (!err && fgetc(f) != EOF)
+        err = fail("%s: holds more tokens than the model's vocab_size %d (tokenizer of another model?)",
+                   path, vocab_size);
+    fclose(f);
+    if (!err && index_vocab(tk) != 0) err = fail("%s: out of memory", path);
+    if (err) tokenizer_close(tk);
+    return err;
+}
+
+// Bytes in the UTF-8 character that starts with byte c (1 for a stray byte).
+static int utf8_length(unsigned char c) {
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 1;
+}
+
+// Length of the valid UTF-8 character at s[0..n), or 1 for an invalid one.
+static int utf8_char(const unsigned char *s, size_t n) {
+    int len = utf8_length(s[0]);
+    if ((size_t)len > n) return 1;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 1;
+    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 1;
+    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 1;
+    return len;
+}
+
+// A symbol is a span of the text; merged symbols absorb their right neighbour.
+typedef struct { int start, len, prev, next; } Symbol;
+// A candidate merge of symbols left and left's next, scored by the merged piece.
+typedef struct { float score; int left, len; } Merge;
+
+static int merge_before(const Merge *a, const Merge *b) { // higher score first, then leftmost
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(Merge *heap, int *n, Merge m) {
+    int i = (*n)++;
+    while (i > 0 && merge_before(&m, &heap[(i - 1) / 2])) { heap[i] = heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    heap[i] = m;
+}
+
+static Merge heap_pop(Merge *heap, int *n) {
+    Merge top = heap[0], last = heap[--*n];
+    int i = 0;
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= *n) break;
+        if (child + 1 < *n && merge_before(&heap[child + 1], &heap[child])) child++;
+        if (!merge_before(&heap[child], &last)) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    heap[i] = last;
+    return top;
+}
+
+// Queues the merge of symbol left with its right neighbour if that makes a piece.
+static void queue_merge(const Tokenizer *tk, const char *text, const Symbol *sym, int left, Merge *heap,
+                        int *n_heap) {
+    if (left < 0 || sym[left].next < 0) return;
+    int len = sym[left].len + sym[sym[left].next].len;
+    int id = lookup_piece(tk, text + sym[left].start, (size_t)len);
+    if (id >= 0) heap_push(heap, n_heap, (Merge){tk->scores[id], left, len});
+}
+
+// SentencePiece's normalizer (identity rules), writing into out (room for
+// 3 * len + 1 bytes); returns the length. The space symbol U+2581 is written
+// as ' ', as tokenizer.bin spells it, whether it came from a space or from a
+// literal U+2581. A malformed byte becomes U+FFFD. With remove_extra_spaces,
+// leading and trailing spaces go and runs of spaces become one.
+static size_t normalize(const Tokenizer *tk, const char *text, size_t len, char *out) {
+    static const char space_symbol[] = "\xE2\x96\x81", replacement[] = "\xEF\xBF\xBD";
+    size_t i = 0, n = 0;
+    if (tk->remove_extra_spaces)
+        while (i < len && text[i] == ' ') i++;
+    if (i == len) return 0;
+    if (tk->add_dummy_prefix) out[n++] = ' ';
+    int prev_space = tk->remove_extra_spaces;
+    while (i < len) {
+        int clen = utf8_char((const unsigned char *)text + i, len - i);
+        int valid = clen > 1 || (unsigned char)text[i] < 0x80;
+        if (text[i] == ' ' && prev_space) { i++; continue; }
+        if (!valid) { memcpy(out + n, replacement, 3); n += 3; }
+        else if (clen == 3 && memcmp(text + i, space_symbol, 3) == 0) out[n++] = ' ';
+        else { memcpy(out + n, text + i, (size_t)clen); n += (size_t)clen; }
+        prev_space = tk->remove_extra_spaces && text[i] == ' ';
+        i += (size_t)clen;
+    }
+    if (tk->remove_extra_spaces)
+        while (n > 0 && out[n - 1] == ' ') n--;
+    return n;
+}
+
+// Encodes text[0..len) into tokens, which has room for 3 * len + 3 ids.
+// 0 ok, -1 with error_message.
+int encode(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens, int *n_tokens) {
+    *n_tokens = 0;
+    if (add_bos) tokens[(*n_tokens)++] = tk->bos_id;
+    if (len > (size_t)INT_MAX / 4) return fail("prompt of %zu bytes is too long", len);
+    char *s = malloc(3 * len + 2);
+    Symbol *sym = malloc((3 * len + 2) * sizeof(Symbol));
+    Merge *heap = malloc((3 * len + 2) * 3 * sizeof(Merge)); // n initial + 2 per merge
+    if (!s || !sym || !heap) { free(s); free(sym); free(heap); return fail("out of memory encoding a prompt"); }
+    size_t n = normalize(tk, text, len, s);
+    int n_sym = 0, n_heap = 0;
+    for (size_t i = 0; i < n; n_sym++) { // one symbol per UTF-8 character
+        int clen = utf8_char((const unsigned char *)s + i, n - i);
+        sym[n_sym] = (Symbol){(int)i, clen, n_sym - 1, n_sym + 1};
+        i += (size_t)clen;
+    }
+    if (n_sym > 0) sym[n_sym - 1].next = -1;
+    for (int i = 0; i < n_sym; i++) queue_merge(tk, s, sym, i, heap, &n_heap);
+    while (n_heap > 0) {
+        Merge m = heap_pop(heap, &n_heap);
+        Symbol *left = &sym[m.left];
+        // stale if either side has changed since this merge was queued
+        if (left->len == 0 || left->next < 0 || left->len + sym[left->next].len != m.len) continue;
+        Symbol *right = &sym[left->next];
+        left->len += right->len;
+        left->next = right->next;
+        if (right->next >= 0) sym[right->next].prev = m.left;
+        right->len = 0;
+        queue_merge(tk, s, sym, left->prev, heap, &n_heap);
+        queue_merge(tk, s, sym, m.left, heap, &n_heap);
+    }
+    for (int i = n_sym > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
+        int id = lookup_piece(tk, s + sym[i].start, (size_t)sym[i].len);
+        if (id >= 0) { tokens[(*n_tokens)++] = id; continue; }
+        for (int j = 0; j < sym[i].len; j++) { // byte fallback
+            int b = tk->byte_token[(unsigned char)s[sym[i].start + j]];
+            tokens[(*n_tokens)++] = b >= 0 ? b : tk->unk_id;
+        }
+    }
+    free(s); free(sym); free(heap);
+    if (add_eos) tokens[(*n_tokens)++] = tk->eos_id;
+    return 0;
+}
+
+// The bytes that token prints after prev_token: byte tokens give their one
+// raw byte, control tokens nothing, and a piece's leading space is dropped
+// right after BOS (it is the dummy prefix).
+const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
+    static char byte_piece[256][2];
+    if (token < 0 || token >= tk->vocab_size || tk->kind[token] == TOKEN_CONTROL) { *len = 0; return ""; }
+    const char *p = tk->vocab[token];
+    *len = (size_t)tk->piece_len[token];
+    if (tk->kind[token] == TOKEN_BYTE) {
+        int b = (int)strtol(p + 3, NULL, 16);
+        byte_piece[b][0] = (char)b;
+        *len = 1;
+        return byte_piece[b];
+    }
+    if (prev_token == tk->bos_id && p[0] == ' ') { p++; (*len)--; }
+    return p;
+}
+
+/* ----------------------------------------------------------------------------
+   Sampler. Order: repetition penalty, temperature (0 = greedy argmax), softmax,
+   top-k, top-p, min-p, renormalize, draw. */
+
+typedef struct {
+    float temperature;    // 0 = greedy
+    float top_p;          // >= 1 = off
+    int top_k;            // 0 = off
+    float min_p;          // 0 = off
+    float repeat_penalty; // 1 = off
+    int repeat_last_n;    // how many recent tokens the penalty looks at
+} SamplerParams;
+
+typedef struct { float prob; int index; } ProbIndex;
+
+typedef struct {
+    SamplerParams params;
+    int vocab_size;
+    ProbIndex *candidates; // (vocab_size) the tokens still in the running
+    int n_candidates;
+    uint64_t rng_state;
+    unsigned char *seen;   // (vocab_size) scratch for the repetition penalty
+} Sampler;
+
+static uint64_t splitmix64(uint64_t x) { // spreads any seed, 0 included, over the state
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint32_t random_u32(uint64_t *state) { // xorshift64*
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+static double random_unit(uint64_t *state) { // [0, 1) with 53 random bits
+    uint64_t hi = random_u32(state) >> 5, lo = random_u32(state) >> 6;
+    return (double)(hi * 67108864.0 + lo) / 9007199254740992.0;
+}
+
+int sampler_init(Sampler *s, int vocab_size, SamplerParams params, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->params = params;
+    s->vocab_size = vocab_size;
+    s->rng_state = splitmix64(seed);
+    if (s->rng_state == 0) s->rng_state = 1; // xorshift's one fixed point
+    s->candidates = malloc((size_t)vocab_size * sizeof(ProbIndex));
+    s->seen = calloc((size_t)vocab_size, 1);
+    return s->candidates && s->seen ? 0 : -1;
+}
+
+void sampler_free(Sampler *s) {
+    free(s->candidates);
+    free(s->seen);
+    memset(s, 0, sizeof *s);
+}
+
+// llama.cpp's penalty: each distinct recent token once, positive logits
+// divided by the penalty and negative ones multiplied.
+static void apply_repeat_penalty(Sampler *s, float *logits, const int *recent, int n_recent) {
+    float penalty = s->params.repeat_penalty;
+    if (penalty == 1.0f || n_recent <= 0) return;
+    int first = n_recent > s->params.repeat_last_n ? n_recent - s->params.repeat_last_n : 0;
+    for (int i = first; i < n_recent; i++) {
+        int t = recent[i];
+        if (t < 0 || t >= s->vocab_size || s->seen[t]) continue;
+        s->seen[t] = 1;
+        logits[t] = logits[t] > 0 ? logits[t] / penalty : logits[t] * penalty;
+    }
+    for (int i = first; i < n_recent; i++)
+        if (recent[i] >= 0 && recent[i] < s->vocab_size) s->seen[recent[i]] = 0;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int compare_prob_desc(const void *a, const void *b) { // ties: lower id first
+    const ProbIndex *x = a, *y = b;
+    if (x->prob != y->prob) return x->prob < y->prob ? 1 : -1;
+    return x->index - y->index;
+}
+
+// Leaves the tokens that may be drawn in s->candidates[0..n), sorted by
+// probability (descending) and renormalized; returns n. Modifies logits.
+int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recent) {
+    const SamplerParams *p = &s->params;
+    int n = s->vocab_size;
+    apply_repeat_penalty(s, logits, recent, n_recent);
+    for (int i = 0; i < n; i++) logits[i] /= p->temperature;
+    softmax(logits, n);
+    float p_max = logits[argmax(logits, n)];
+    // Cheap pre-filter before sorting: a token with probability <= (1-top_p)/n
+    // can never be inside the nucleus, nor one under min_p * p_max.
+    float cutoff = 0.0f;
+    if (p->top_p < 1.0f) cutoff = (1.0f - p->top_p) / n * 0.999f;
+    if (p->min_p > 0.0f && p->min_p * p_max > cutoff) cutoff = p->min_p * p_max;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] >= cutoff) s->candidates[kept++] = (ProbIndex){logits[i], i};
+    if (p->top_k > 0 || p->top_p < 1.0f || p->min_p > 0.0f) // no truncation: order does not matter
+        qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
+    if (p->top_k > 0 && p->top_k < kept) kept = p->top_k;
+    if (p->top_p < 1.0f) { // the smallest prefix whose mass reaches top_p
+        double mass = 0.0;
+        for (int i = 0; i < kept; i++) {
+            mass += s->candidates[i].prob;
+            if (mass >= p->top_p) { kept = i + 1; break; }
+        }
+    }
+    if (p->min_p > 0.0f)
+        while (kept > 1 && s->candidates[kept - 1].prob < p->min_p * p_max) kept--;
+    double total = 0.0;
+    for (int i = 0; i < kept; i++) total += s->candidates[i].prob;
+    for (int i = 0; i < kept; i++) s->candidates[i].prob = (float)(s->candidates[i].prob / total);
+    s->n_candidates = kept;
+    return kept;
+}
+
+// The next token: argmax at temperature 0, else a draw from the candidates.
+int sample(Sampler *s, float *logits, const int *recent, int n_recent) {
+    if (s->params.temperature < 1e-6f) { // the limit of a vanishing temperature is argmax
+        apply_repeat_penalty(s, logits, recent, n_recent);
+        return argmax(logits, s->vocab_size);
+    }
+    int n = sampler_candidates(s, logits, recent, n_recent);
+    double coin = random_unit(&s->rng_state), cdf = 0.0;
+    for (int i = 0; i < n; i++) {
+        cdf += s->candidates[i].prob;
+        if (coin < cdf) return s->candidates[i].index;
+    }
+    return s->candidates[n - 1].index; // rounding left coin just above the total
+}
+
+/* ----------------------------------------------------------------------------
+   Output. Text goes to stdout as valid UTF-8: a character the model spells in
+   byte tokens is held until complete, an invalid sequence becomes U+FFFD, and
+   control bytes other than tab and newlines are dropped (a model must not
+   drive the terminal). */
+
+typedef struct {
+    FILE *out;
+    unsigned char pending[4]; // the start of a multi-byte character
+    int n_pending;
+} TextOut;
+
+static void text_put_byte(TextOut *o, unsigned char c) {
+    static const char replacement[] = "\xEF\xBF\xBD";
+    if (o->n_pending > 0) {
+        if ((c & 0xC0) == 0x80) {
+            o->pending[o->n_pending++] = c;
+            int need = utf8_length(o->pending[0]);
+            if (o->n_pending < need) return;
+            if (utf8_char(o->pending, (size_t)need) == need) fwrite(o->pending, 1, (size_t)need, o->out);
+            else fputs(replacement, o->out);
+            o->n_pending = 0;
+            return;
+        }
+        fputs(replacement, o->out); // the character was cut short
+        o->n_pending = 0;
+    }
+    if (c < 0x80) {
+        if (c >= 0x20 ? c != 0x7F : (c == '\n' || c == '\t' || c == '\r')) fputc(c, o->out);
+    } else if (utf8_length(c) > 1) {
+        o->pending[o->n_pending++] = c;
+    } else {
+        fputs(replacement, o->out);
+    }
+}
+
+static void text_put(TextOut *o, const char *bytes, size_t n) {
+    for (size_t i = 0; i < n; i++) text_put_byte(o, (unsigned char)bytes[i]);
+}
+
+static void text_finish(TextOut *o) {
+    if (o->n_pending > 0) fputs("\xEF\xBF\xBD", o->out);
+    o->n_pending = 0;
+    fflush(o->out);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ----------------------------------------------------------------------------
+   Modes */
+
+// Encodes text with BOS into a new array (caller frees). NULL on failure.
+static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
+    int *tokens = len < SIZE_MAX / 16 ? malloc((3 * len + 3) * sizeof(int)) : NULL;
+    if (!tokens) { fail("out of memory for a prompt of %zu bytes", len); return NULL; }
+    if (encode(tk, text, len, 1, 0, tokens, n_tokens) != 0) { free(tokens); return NULL; }
+    return tokens;
+}
+
+// llama2.c's generate: steps counts positions, prompt included (BOS is
+// position 0); the prompt is echoed; generation ends at BOS or EOS or after
+// steps positions. Timing goes to stderr. 0 on success, -1 with error_message.
+int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int steps, FILE *out) {
+    const Config *c = &t->config;
+    int n_prompt;
+    int *tokens = encode_prompt(tk, prompt, strlen(prompt), &n_prompt);
+    if (!tokens) return -1;
+    if (n_prompt > c->seq_len) {
+        free(tokens);
+        return fail("prompt: %d tokens do not fit the context of %d positions", n_prompt, c->seq_len);
+    }
+    if (steps <= 0 || steps > c->seq_len) steps = c->seq_len;
+    if (steps < n_prompt) steps = n_prompt;
+    int *history = malloc((size_t)(steps + 1) * sizeof(int));
+    if (!history) { free(tokens); return fail("out of memory"); }
+
+    TextOut text = {out, {0}, 0};
+    int token = tokens[0], pos = 0, n_generated = 0;
+    history[0] = token;
+    double start = now_seconds(), prompt_done = start;
+    while (pos < steps) {
+        float *logits = forward(t, token, pos);
+        int next;
+        if (pos < n_prompt - 1) {
+            next = tokens[pos + 1];
+        } else {
+            if (n_generated == 0) prompt_done = now_seconds();
+            next = sample(s, logits, history, pos + 1);
+            n_generated++;
+            if (next == c->bos_id || next == c->eos_id) break;
+        }
+        size_t len;
+        const char *piece = decode(tk, token, next, &len);
+        text_put(&text, piece, len);
+        fflush(out);
+        history[++pos] = next;
+        token = next;
+    }
+    text_finish(&text);
+    double end = now_seconds();
+    fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n", n_prompt,
+            n_prompt / (prompt_done - start + 1e-9), n_generated, n_generated / (end - prompt_done + 1e-9));
+    free(tokens);
+    free(history);
+    return 0;
+}
+
+static int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
+    int n;
+    int *tokens = encode_prompt(tk, text, len, &n);
+    if (!tokens) return -1;
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", tokens[i]);
+    printf("\n");
+    free(tokens);
+    return 0;
+}
+
+// Reads whitespace-separated token ids for the logits mode.
+static int *read_ids(const char *path, const char *text, int vocab_size, int max_ids, int *n_ids) {
+    int *ids = malloc(((size_t)max_ids + 1) * sizeof(int));
+    if (!ids) { fail("%s: out of memory", path); return NULL; }
+    *n_ids = 0;
+    for (const char *p = text;;) {
+        while (isspace((unsigned char)*p)) p++;
+        if (*p == '\0') break;
+        char *end;
+        errno = 0;
+        long id = strtol(p, &end, 10);
+        if (end == p || (*end && !isspace((unsigned char)*end))) {
+            free(ids);
+            fail("%s: '%.20s' is not a token id", path, p);
+            return NULL;
+        }
+        if (errno || id < 0 || id >= vocab_size) {
+            free(ids);
+            fail("%s: token id %.20s is outside the vocabulary (0..%d)", path, p, vocab_size - 1);
+            return NULL;
+        }
+        if (*n_ids == max_ids) {
+            free(ids);
+            fail("%s: more than %d ids do not fit the context", path, max_ids);
+            return NULL;
+        }
+        ids[(*n_ids)++] = (int)id;
+        p = end;
+    }
+    if (*n_ids == 0) { free(ids); fail("%s: holds no token ids", path); return NULL; }
+    return ids;
+}
+
+// Feeds ids from position 0 and writes every position's logits (float32).
+static int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
+    const Config *c = &t->config;
+    int n;
+    int *ids = read_ids(ids_path, ids_text, c->vocab_size, c->seq_len, &n);
+    if (!ids) return -1;
+    FILE *f = fopen(out_path, "wb");
+    if (!f) { free(ids); return fail("%s: cannot write: %s", out_path, strerror(errno)); }
+    int err = 0;
+    for (int pos = 0; pos < n && !err; pos++) {
+        float *logits = forward(t, ids[pos], pos);
+        if (fwrite(logits, sizeof(float), (size_t)c->vocab_size, f) != (size_t)c->vocab_size)
+            err = fail("%s: write failed: %s", out_path, strerror(errno));
+    }
+    if (fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    free(ids);
+    return err;
+}
+
+/* ----------------------------------------------------------------------------
+   Command line */
+
+typedef struct {
+    const char *checkpoint;
+    const char *tokenizer;     // -z
+    const char *prompt;        // -i
+    const char *prompt_file;   // -f (prompt text; token ids in logits mode)
+    const char *system_prompt; // -y
+    const char *mode;          // -m
+    const char *output;        // -o
+    int steps;                 // -n
+    uint64_t seed;             // -s
+    int seed_given;
+    SamplerParams sampling;
+} Options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: run CHECKPOINT [options]\n"
+        "  -t <float>  temperature, 0 = greedy (default 1.0)\n"
+        "  -p <float>  top-p (nucleus) in [0,1], 1 = off (default 0.9)\n"
+        "  -k <int>    top-k, 0 = off (default 0)\n"
+        "  --min-p <float>          min-p in [0,1], 0 = off (default 0)\n"
+        "  --repeat-penalty <float> repetition penalty, 1 = off (default 1.0)\n"
+        "  --repeat-last-n <int>    tokens the penalty looks back over (default 64)\n"
+        "  -s <int>    random seed (default: from the clock)\n"
+        "  -n <int>    positions to run, prompt included; 0 = the context length (default 256)\n"
+        "  -i <string> prompt\n"
+        "  -f <file>   prompt from a file (token ids in logits mode)\n"
+        "  -z <file>   tokenizer (default tokenizer.bin)\n"
+        "  -m <mode>   generate | chat | tokenize | logits (default generate)\n"
+        "  -y <string> system prompt (chat mode)\n"
+        "  -o <file>   output file (logits mode)\n"
+        "  -h          this help\n");
+}
+
+static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (end == s || *end != '\0' || errno || !isfinite(v))
+        return fail("%s: '%s' is not a number", flag, s);
+    if (v < lo || v > hi) return fail("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno) return fail("%s: '%s' is not a whole number", flag, s);
+    if (v < lo || v > hi) return fail("%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_seed(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)s[0])) return fail("-s: '%s' is not a non-negative whole number", s);
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || errno) return fail("-s: '%s' is not a non-negative whole number", s);
+    *out = v;
+    return 0;
+}
+
+// 0 ok; -1 with error_message naming the flag.
+static int parse_args(Options *o, int argc, char **argv) {
+    *o = (Options){0};
+    o->tokenizer = "tokenizer.bin";
+    o->mode = "generate";
+    o->steps = 256;
+    o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
+    if (argc < 2 || argv[1][0] == '-') return fail("the first argument must be the checkpoint");
+    o->checkpoint = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *flag = argv[i];
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) return fail("help");
+        if (i + 1 >= argc) return fail("%s: missing value (or unknown flag)", flag);
+        const char *v = argv[++i];
+        long n = 0;
+        int err = 0;
+        SamplerParams *sp = &o->sampling;
+        if (!strcmp(flag, "-t")) err = parse_float(flag, v, 0.0f, 100.0f, &sp->temperature);
+        else if (!strcmp(flag, "-p")) err = parse_float(flag, v, 0.0f, 1.0f, &sp->top_p);
+        else if (!strcmp(flag, "-k")) { err = parse_int(flag, v, 0, INT_MAX, &n); sp->top_k = (int)n; }
+        else if (!strcmp(flag, "--min-p")) err = parse_float(flag, v, 0.0f, 1.0f, &sp->min_p);
+        else if (!strcmp(flag, "--repeat-penalty")) err = parse_float(flag, v, 0.01f, 100.0f, &sp->repeat_penalty);
+        else if (!strcmp(flag, "--repeat-last-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); sp->repeat_last_n = (int)n; }
+        else if (!strcmp(flag, "-s")) { err = parse_seed(v, &o->seed); o->seed_given = 1; }
+        else if (!strcmp(flag, "-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); o->steps = (int)n; }
+        else if (!strcmp(flag, "-i")) o->prompt = v;
+        else if (!strcmp(flag, "-f")) o->prompt_file = v;
+        else if (!strcmp(flag, "-z")) o->tokenizer = v;
+        else if (!strcmp(flag, "-m")) o->mode = v;
+        else if (!strcmp(flag, "-y")) o->system_prompt = v;
+        else if (!strcmp(flag, "-o")) o->output = v;
+        else return fail("%s: unknown flag", flag);
+        if (err) return -1;
+    }
+    const char *modes[] = {"generate", "chat", "tokenize", "logits"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o->mode, modes[i]);
+    if (!known) return fail("-m: unknown mode '%s'", o->mode);
+    if (o->prompt && o->prompt_file) return fail("-i and -f: give the prompt one way, not both");
+    if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
+        return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
+    return 0;
+}
+
+// Reads a whole text file into a NUL-terminated buffer (caller frees).
+static char *read_text_file(const char *path, size_t *len) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
+    FILE *f = fopen(path, "rb");
+    if (!f) { fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1) break;
+        char *bigger = realloc(buf, cap * 2);
+        if (!bigger) { free(buf); buf = NULL; break; }
+        buf = bigger;
+        cap *= 2;
+    }
+    int read_error = ferror(f);
+    fclose(f);
+    if (!buf) { fail("%s: out of memory", path); return NULL; }
+    if (read_error) { free(buf); fail("%s: read error", path); return NULL; }
+    buf[n] = '\0';
+    if (memchr(buf, '\0', n)) { free(buf); fail("%s: contains a NUL byte; not a text file", path); return NULL; }
+    *len = n;
+    return buf;
+}
+
+// 1 if the two paths name the same existing file.
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+#ifndef TESTING
+static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
+    const Config *c = &t->config;
+    if (!strcmp(o->mode, "logits")) {
+        if (same_file(o->output, o->checkpoint) || same_file(o->output, o->prompt_file))
+            return fail("%s: -o would overwrite an input file", o->output);
+        return logits_mode(t, o->prompt_file, text, o->output);
+    }
+    if (tokenizer_open(tk, o->tokenizer, c->vocab_size) != 0) return -1;
+    tk->bos_id = c->bos_id;
+    tk->eos_id = c->eos_id;
+    if (!strcmp(o->mode, "tokenize")) return tokenize_mode(tk, text, text_len);
+    Sampler sampler;
+    uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
+    if (sampler_init(&sampler, c->vocab_size, o->sampling, seed) != 0) return fail("out of memory");
+    int steps = o->steps;
+    if (steps > c->seq_len) {
+        fprintf(stderr, "run: -n %d is more than the context length; running %d positions\n", steps, c->seq_len);
+        steps = c->seq_len;
+    }
+    int err = generate(t, tk, &sampler, text, steps, stdout);
+    if (!err) printf("\n");
+    sampler_free(&sampler);
+    return err;
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    if (parse_args(&o, argc, argv) != 0) {
+        int help = !strcmp(error_message, "help");
+        if (!help) fprintf(stderr, "run: %s\n", error_message);
+        usage(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    char *text = NULL;
+    size_t text_len = 0;
+    if (o.prompt_file) {
+        text = read_text_file(o.prompt_file, &text_len);
+        if (!text) { fprintf(stderr, "run: %s\n", error_message); return 1; }
+    } else {
+        text = strdup(o.prompt ? o.prompt : "");
+        text_len = strlen(text);
+    }
+    Transformer t;
+    Tokenizer tk = {0};
+    int err = transformer_open(&t, o.checkpoint);
+    if (!err) {
+        err = run_mode(&o, &t, &tk, text, text_len);
+        transformer_close(&t);
+    }
+    tokenizer_close(&tk);
+    free(text);
+    if (err) fprintf(stderr, "run: %s\n", error_message);
+    return err ? 1 : 0;
+}
+#endif
