@@ -116,6 +116,7 @@ typedef struct {
     void *map;           // the whole checkpoint file, read-only
     size_t map_size;
     long long n_forward; // forward passes run, for tests and timing
+    FILE *trace;         // --trace: every token fed, one id per line
 } Transformer;
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
@@ -510,6 +511,7 @@ float *forward(Transformer *t, int token, int pos) {
     RunState *s = &t->state;
     int dim = c->dim, hs = c->head_size, kvd = kv_dim(c);
     t->n_forward++;
+    if (t->trace) fprintf(t->trace, "%d\n", token);
 
     matrix_row(s->x, &w->token_embedding, token);
     rope_angles(s->rope_cos, s->rope_sin, pos, hs, c->rope_theta);
@@ -1161,6 +1163,219 @@ static int logits_mode(Transformer *t, const char *ids_path, const char *ids_tex
     return err;
 }
 
+/* Chat: Llama 2's format. The first turn in the context carries the system
+   prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
+   turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
+   context. The KV cache holds the conversation, so a turn costs only its own
+   tokens. When a turn does not fit, the oldest whole turns are dropped and
+   what is kept is evaluated again. */
+
+typedef struct {
+    char *user;  // the user's message
+    int *reply;  // the reply's ids, EOS last
+    int n_reply;
+} Turn;
+
+typedef struct {
+    Transformer *t;
+    Tokenizer *tk;
+    Sampler *sampler;
+    const char *system; // NULL or "" for none
+    int max_reply;      // tokens per reply, EOS excluded
+    Turn *turns;        // (n_turns) every turn so far
+    int n_turns;
+    int first_kept;     // turns before this one were dropped from the context
+    int *context;       // (seq_len) ids in the context, in order
+    int n_context;      // ids in context[]
+    int pos;            // context[0..pos) have been fed to the model
+} Chat;
+
+// The prompt of one turn (BOS first), into a new array; NULL on failure.
+static int *render_turn(Chat *chat, const char *user, int with_system, int *n) {
+    const char *sys = with_system && chat->system && chat->system[0] ? chat->system : NULL;
+    size_t len = strlen(user) + (sys ? strlen(sys) : 0) + 64;
+    char *text = malloc(len);
+    if (!text) { fail("out of memory"); return NULL; }
+    if (sys) snprintf(text, len, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
+    else snprintf(text, len, "[INST] %s [/INST]", user);
+    int *tokens = encode_prompt(chat->tk, text, strlen(text), n);
+    free(text);
+    return tokens;
+}
+
+// Appends ids to the context; -1 if they do not fit.
+static int context_append(Chat *chat, const int *ids, int n) {
+    if (chat->n_context + n > chat->t->config.seq_len) return -1;
+    memcpy(chat->context + chat->n_context, ids, (size_t)n * sizeof(int));
+    chat->n_context += n;
+    return 0;
+}
+
+// Ids that turns first..n_turns-1 take in the context, the first one with
+// the system prompt; written to context[] when write is set. -1 on error.
+static int kept_turns(Chat *chat, int first, int write) {
+    int total = 0;
+    for (int i = first; i < chat->n_turns; i++) {
+        int n;
+        int *prompt = render_turn(chat, chat->turns[i].user, i == first, &n);
+        if (!prompt) return -1;
+        if (write) {
+            memcpy(chat->context + total, prompt, (size_t)n * sizeof(int));
+            memcpy(chat->context + total + n, chat->turns[i].reply, (size_t)chat->turns[i].n_reply * sizeof(int));
+        }
+        total += n + chat->turns[i].n_reply;
+        free(prompt);
+    }
+    return total;
+}
+
+// Feeds context[pos..n_context) and returns the last logits.
+static float *feed_context(Chat *chat) {
+    float *logits = NULL;
+    while (chat->pos < chat->n_context) {
+        logits = forward(chat->t, chat->context[chat->pos], chat->pos);
+        chat->pos++;
+    }
+    return logits;
+}
+
+// Makes room for a new turn by dropping the fewest oldest turns; what is
+// kept is evaluated again from position 0 by the next feed. 0 ok; 1 if the
+// message cannot fit even alone (nothing changes); -1 on error.
+static int make_room(Chat *chat, const char *user, int need_after) {
+    int seq_len = chat->t->config.seq_len;
+    for (int first = chat->first_kept + 1; first <= chat->n_turns; first++) {
+        int n;
+        int *prompt = render_turn(chat, user, first == chat->n_turns, &n);
+        if (!prompt) return -1;
+        free(prompt);
+        int kept = kept_turns(chat, first, 0);
+        if (kept < 0) return -1;
+        if (kept + n + need_after > seq_len) continue;
+        fprintf(stderr, "run: context full: dropped %d oldest turn(s), evaluating the %d tokens kept again\n",
+                first - chat->first_kept, kept);
+        chat->n_context = kept_turns(chat, first, 1);
+        chat->first_kept = first;
+        chat->pos = 0;
+        return 0;
+    }
+    fail("message of %zu bytes does not fit the context of %d tokens; not sent", strlen(user), seq_len);
+    return 1;
+}
+
+// Streams a reply to stdout; returns its ids with EOS last (NULL on failure).
+static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
+    const Config *c = &chat->t->config;
+    int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
+    int *reply = malloc(((size_t)limit + 1) * sizeof(int));
+    if (!reply) { fail("out of memory"); return NULL; }
+    TextOut text = {stdout, {0}, 0};
+    int n = 0, prev = -1; // -1: a reply keeps its leading space
+    while (n < limit) {
+        int next = sample(chat->sampler, logits, chat->context, chat->n_context);
+        if (next == c->eos_id || next == c->bos_id) break;
+        size_t len;
+        const char *piece = decode(chat->tk, prev, next, &len);
+        text_put(&text, piece, len);
+        fflush(stdout);
+        reply[n++] = prev = next;
+        if (chat->n_context == c->seq_len) { fprintf(stderr, "\nrun: context full; reply cut\n"); break; }
+        chat->context[chat->n_context++] = next;
+        if (n < limit) logits = feed_context(chat);
+    }
+    text_finish(&text);
+    reply[n++] = c->eos_id; // the reply ends with EOS, fed with the next turn
+    *n_reply = n;
+    return reply;
+}
+
+// One turn: render, make room, feed, reply. 0 ok, 1 message refused, -1 error.
+static int chat_turn(Chat *chat, const char *user) {
+    const Config *c = &chat->t->config;
+    int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
+    int reserve = limit < c->seq_len / 4 ? limit : c->seq_len / 4; // room kept for the reply
+    int n;
+    int *prompt = render_turn(chat, user, chat->first_kept == chat->n_turns, &n);
+    if (!prompt) return -1;
+    if (chat->n_context + n + reserve > c->seq_len) {
+        free(prompt);
+        int err = make_room(chat, user, reserve);
+        if (err) return err;
+        prompt = render_turn(chat, user, chat->first_kept == chat->n_turns, &n);
+        if (!prompt) return -1;
+    }
+    Turn *grown = realloc(chat->turns, (size_t)(chat->n_turns + 1) * sizeof(Turn));
+    char *saved = strdup(user);
+    if (!grown || !saved) { free(prompt); free(saved); if (grown) chat->turns = grown; return fail("out of memory"); }
+    chat->turns = grown;
+    context_append(chat, prompt, n); // fits: checked above
+    free(prompt);
+    float *logits = feed_context(chat);
+    printf("Assistant: ");
+    Turn *turn = &chat->turns[chat->n_turns];
+    *turn = (Turn){saved, NULL, 0};
+    turn->reply = chat_reply(chat, logits, &turn->n_reply);
+    if (!turn->reply) { free(saved); return -1; }
+    chat->n_turns++;
+    context_append(chat, &c->eos_id, 1); // if full, the next turn drops old turns and rebuilds
+    printf("\n");
+    return 0;
+}
+
+// Reads one line of any length without its line ending; NULL at end of input.
+static char *read_line(FILE *in) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, in);
+    if (n < 0) { free(line); return NULL; }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    return line;
+}
+
+// Prints a label and reads a line from stdin; echoes it when stdin is not a
+// terminal, so a scripted conversation reads like a typed one.
+static char *ask(const char *label) {
+    printf("%s", label);
+    fflush(stdout);
+    char *line = read_line(stdin);
+    if (line && !isatty(STDIN_FILENO)) printf("%s\n", line);
+    return line;
+}
+
+static void free_chat(Chat *chat) {
+    for (int i = 0; i < chat->n_turns; i++) { free(chat->turns[i].user); free(chat->turns[i].reply); }
+    free(chat->turns);
+    free(chat->context);
+}
+
+// The interactive loop; ends cleanly (0) at end of input.
+static int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
+                     const char *first_message, int max_reply) {
+    Chat chat = {t, tk, sampler, system, max_reply, NULL, 0, 0, NULL, 0, 0};
+    chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
+    if (!chat.context) return fail("out of memory");
+    char *asked_system = NULL;
+    int err = 0;
+    if (!system) {
+        asked_system = ask("System prompt (Enter for none): ");
+        chat.system = asked_system;
+    }
+    for (int turn = 0; system || asked_system; turn++) {
+        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ");
+        if (!user) break; // end of input
+        if (turn == 0 && first_message) printf("User: %s\n", user);
+        if (user[0] != '\0') err = chat_turn(&chat, user);
+        free(user);
+        if (err > 0) fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
+        if (err < 0) break;
+        err = 0;
+    }
+    printf("\n");
+    free(asked_system);
+    free_chat(&chat);
+    return err;
+}
+
 /* ----------------------------------------------------------------------------
    Command line */
 
@@ -1172,6 +1387,7 @@ typedef struct {
     const char *system_prompt; // -y
     const char *mode;          // -m
     const char *output;        // -o
+    const char *trace;         // --trace
     int steps;                 // -n
     uint64_t seed;             // -s
     int seed_given;
@@ -1188,13 +1404,15 @@ static void usage(FILE *f) {
         "  --repeat-penalty <float> repetition penalty, 1 = off (default 1.0)\n"
         "  --repeat-last-n <int>    tokens the penalty looks back over (default 64)\n"
         "  -s <int>    random seed (default: from the clock)\n"
-        "  -n <int>    positions to run, prompt included; 0 = the context length (default 256)\n"
+        "  -n <int>    generate: positions to run, prompt included; chat: tokens per reply;\n"
+        "              0 = up to the context length (default 256)\n"
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
         "  -z <file>   tokenizer (default tokenizer.bin)\n"
         "  -m <mode>   generate | chat | tokenize | logits (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits mode)\n"
+        "  --trace <file>  append every token id fed to the model, one per line\n"
         "  -h          this help\n");
 }
 
@@ -1260,6 +1478,7 @@ static int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(flag, "-m")) o->mode = v;
         else if (!strcmp(flag, "-y")) o->system_prompt = v;
         else if (!strcmp(flag, "-o")) o->output = v;
+        else if (!strcmp(flag, "--trace")) o->trace = v;
         else return fail("%s: unknown flag", flag);
         if (err) return -1;
     }
@@ -1320,12 +1539,17 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
     if (sampler_init(&sampler, c->vocab_size, o->sampling, seed) != 0) return fail("out of memory");
-    int steps = o->steps;
+    int steps = o->steps, err;
+    if (!strcmp(o->mode, "chat")) {
+        err = chat_mode(t, tk, &sampler, o->system_prompt, o->prompt || o->prompt_file ? text : NULL, steps);
+        sampler_free(&sampler);
+        return err;
+    }
     if (steps > c->seq_len) {
         fprintf(stderr, "run: -n %d is more than the context length; running %d positions\n", steps, c->seq_len);
         steps = c->seq_len;
     }
-    int err = generate(t, tk, &sampler, text, steps, stdout);
+    err = generate(t, tk, &sampler, text, steps, stdout);
     if (!err) printf("\n");
     sampler_free(&sampler);
     return err;
@@ -1351,8 +1575,14 @@ int main(int argc, char **argv) {
     Transformer t;
     Tokenizer tk = {0};
     int err = transformer_open(&t, o.checkpoint);
+    if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
+        err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
+        transformer_close(&t);
+    }
     if (!err) {
         err = run_mode(&o, &t, &tk, text, text_len);
+        if (t.trace && fclose(t.trace) != 0 && !err) err = fail("%s: write failed", o.trace);
+        t.trace = NULL;
         transformer_close(&t);
     }
     tokenizer_close(&tk);
