@@ -1454,12 +1454,18 @@ static int parse_args(Options *o, int argc, char **argv) {
     o->mode = "generate";
     o->steps = 256;
     o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return fail("help");
     if (argc < 2 || argv[1][0] == '-') return fail("the first argument must be the checkpoint");
     o->checkpoint = argv[1];
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
-        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) return fail("help");
-        if (i + 1 >= argc) return fail("%s: missing value (or unknown flag)", flag);
+        static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
+                                      "-n", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
+        if (!known) return fail("%s: unknown flag", flag);
+        if (i + 1 >= argc) return fail("%s: missing value", flag);
         const char *v = argv[++i];
         long n = 0;
         int err = 0;
@@ -1478,8 +1484,7 @@ static int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(flag, "-m")) o->mode = v;
         else if (!strcmp(flag, "-y")) o->system_prompt = v;
         else if (!strcmp(flag, "-o")) o->output = v;
-        else if (!strcmp(flag, "--trace")) o->trace = v;
-        else return fail("%s: unknown flag", flag);
+        else o->trace = v; // --trace
         if (err) return -1;
     }
     const char *modes[] = {"generate", "chat", "tokenize", "logits"};
