@@ -48,7 +48,11 @@ static int fail(const char *format, ...) {
    Structs and loading */
 
 // GGML type ids, so that our format and GGUF name weight types alike.
-enum { TYPE_F32 = 0 };
+// Q8_0: blocks of 32 int8 with one fp16 scale; Q4_0: 32 4-bit values with one.
+enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q8_0 = 8, TYPE_BF16 = 30 };
+#define QK 32 // values per quantized block
+#define Q8_0_BLOCK_BYTES 34 // fp16 scale + 32 int8
+#define Q4_0_BLOCK_BYTES 18 // fp16 scale + 16 bytes of 4-bit pairs
 
 typedef struct {
     int dim;               // transformer width
@@ -117,6 +121,7 @@ typedef struct {
     size_t map_size;
     long long n_forward; // forward passes run, for tests and timing
     FILE *trace;         // --trace: every token fed, one id per line
+    int is_gguf;
 } Transformer;
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
@@ -134,9 +139,28 @@ typedef struct {
 #define MAX_VOCAB (1 << 24)
 #define MAX_SEQ_LEN (1 << 24)
 
+// Bytes one row of cols values takes; quantized rows end in a whole block.
 static size_t type_row_bytes(int type, int cols) {
-    (void)type; // only F32 so far
-    return (size_t)cols * sizeof(float);
+    size_t blocks = ((size_t)cols + QK - 1) / QK;
+    switch (type) {
+    case TYPE_F16: case TYPE_BF16: return (size_t)cols * 2;
+    case TYPE_Q8_0: return blocks * Q8_0_BLOCK_BYTES;
+    case TYPE_Q4_0: return blocks * Q4_0_BLOCK_BYTES;
+    default: return (size_t)cols * sizeof(float);
+    }
+}
+
+static int type_known(int type) {
+    return type == TYPE_F32 || type == TYPE_F16 || type == TYPE_BF16 || type == TYPE_Q8_0 || type == TYPE_Q4_0;
+}
+
+// GGML's names, for messages about the types we do not read.
+static const char *type_name(uint32_t type) {
+    static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
+                                  "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
+                                  "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",
+                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+    return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }
 
 static int kv_dim(const Config *c) { return c->n_kv_heads * c->head_size; }
@@ -315,8 +339,9 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     c->weight_type = read_i32(h + 60);
     if (c->shared_classifier != 0 && c->shared_classifier != 1)
         return fail("%s: shared_classifier is %d, not 0 or 1", path, c->shared_classifier);
-    if (c->weight_type != TYPE_F32)
-        return fail("%s: weight type %d is not supported (supported: 0 = F32)", path, c->weight_type);
+    if (!type_known(c->weight_type))
+        return fail("%s: weight type %d (%s) is not supported (F32, F16, BF16, Q8_0, Q4_0)", path, c->weight_type,
+                    type_name((uint32_t)c->weight_type));
     return 0;
 }
 
@@ -333,6 +358,332 @@ static int map_file(const char *path, void **map, size_t *size) {
     *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd); // the mapping keeps the file open
     if (*map == MAP_FAILED) return fail("%s: cannot map: %s", path, strerror(errno));
+    return 0;
+}
+
+/* GGUF, llama.cpp's format (versions 2 and 3): a header, metadata key/value
+   pairs, tensor infos, then tensor data at an aligned offset. Parsing only
+   indexes the mapped file; every read is bounds-checked, since the file may
+   come from anywhere. */
+
+#define GGUF_MAGIC 0x46554747u // the bytes "GGUF"
+enum { GGUF_U8, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING,
+       GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_N_TYPES };
+
+typedef struct {
+    const char *key;
+    size_t key_len;
+    uint32_t type;
+    const unsigned char *value; // where the value starts in the file
+    uint32_t elem_type;         // arrays: element type and count
+    uint64_t count;
+    const unsigned char *elems; // arrays: the first element
+} GgufValue;
+
+typedef struct {
+    const char *name;
+    size_t name_len;
+    int n_dims;
+    uint64_t dims[4]; // dims[0] is the row length (GGML's ne[0])
+    uint32_t type;
+    uint64_t offset;  // from the start of the data section
+    uint64_t size;
+} GgufTensor;
+
+typedef struct {
+    GgufValue *values;   // (n_values)
+    uint64_t n_values;
+    GgufTensor *tensors; // (n_tensors)
+    uint64_t n_tensors;
+    const unsigned char *data;
+    uint64_t data_size;
+} Gguf;
+
+typedef struct { const unsigned char *p, *end; } Cursor;
+
+// Takes n bytes; NULL (and the cursor spent) if fewer remain.
+static const unsigned char *take(Cursor *c, uint64_t n) {
+    if (n > (uint64_t)(c->end - c->p)) { c->p = c->end; return NULL; }
+    const unsigned char *at = c->p;
+    c->p += n;
+    return at;
+}
+
+static uint64_t read_u64(const unsigned char *p) {
+    return (uint64_t)(uint32_t)read_i32(p) | (uint64_t)(uint32_t)read_i32(p + 4) << 32;
+}
+
+static int take_u32(Cursor *c, uint32_t *v) {
+    const unsigned char *p = take(c, 4);
+    if (p) *v = (uint32_t)read_i32(p);
+    return p ? 0 : -1;
+}
+
+static int take_u64(Cursor *c, uint64_t *v) {
+    const unsigned char *p = take(c, 8);
+    if (p) *v = read_u64(p);
+    return p ? 0 : -1;
+}
+
+static int take_string(Cursor *c, const char **s, size_t *len) {
+    uint64_t n;
+    if (take_u64(c, &n) != 0) return -1;
+    const unsigned char *p = take(c, n);
+    if (!p) return -1;
+    *s = (const char *)p;
+    *len = (size_t)n;
+    return 0;
+}
+
+static uint64_t gguf_scalar_size(uint32_t type) {
+    static const uint64_t sizes[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return type < GGUF_N_TYPES ? sizes[type] : 0;
+}
+
+// Steps over one value of the given type (arrays may nest a few levels).
+static int skip_value(Cursor *c, uint32_t type, int depth) {
+    if (type >= GGUF_N_TYPES || depth > 3) return -1;
+    if (type == GGUF_STRING) { const char *s; size_t n; return take_string(c, &s, &n); }
+    if (type != GGUF_ARRAY) return take(c, gguf_scalar_size(type)) ? 0 : -1;
+    uint32_t elem_type;
+    uint64_t count;
+    if (take_u32(c, &elem_type) != 0 || take_u64(c, &count) != 0 || elem_type >= GGUF_N_TYPES) return -1;
+    uint64_t size = gguf_scalar_size(elem_type);
+    if (size > 0) return count <= (uint64_t)(c->end - c->p) / size && take(c, count * size) ? 0 : -1;
+    for (uint64_t i = 0; i < count; i++)
+        if (skip_value(c, elem_type, depth + 1) != 0) return -1;
+    return 0;
+}
+
+static const GgufValue *gguf_find(const Gguf *g, const char *key) {
+    size_t n = strlen(key);
+    for (uint64_t i = 0; i < g->n_values; i++)
+        if (g->values[i].key_len == n && memcmp(g->values[i].key, key, n) == 0) return &g->values[i];
+    return NULL;
+}
+
+// An integer-valued key as int64; def when absent; -1 from the call when
+// it has another type.
+static int gguf_int(const Gguf *g, const char *key, int64_t def, int64_t *out) {
+    const GgufValue *v = gguf_find(g, key);
+    *out = def;
+    if (!v) return 0;
+    const unsigned char *p = v->value;
+    switch (v->type) {
+    case GGUF_U8: case GGUF_BOOL: *out = p[0]; return 0;
+    case GGUF_I8: *out = (int8_t)p[0]; return 0;
+    case GGUF_U16: *out = p[0] | p[1] << 8; return 0;
+    case GGUF_I16: *out = (int16_t)(p[0] | p[1] << 8); return 0;
+    case GGUF_U32: *out = (uint32_t)read_i32(p); return 0;
+    case GGUF_I32: *out = read_i32(p); return 0;
+    case GGUF_U64: case GGUF_I64: *out = (int64_t)read_u64(p); return 0;
+    default: return -1;
+    }
+}
+
+static int gguf_float(const Gguf *g, const char *key, float def, float *out) {
+    const GgufValue *v = gguf_find(g, key);
+    *out = def;
+    if (!v) return 0;
+    if (v->type == GGUF_F32) { *out = read_f32(v->value); return 0; }
+    if (v->type == GGUF_F64) { double d; uint64_t u = read_u64(v->value); memcpy(&d, &u, 8); *out = (float)d; return 0; }
+    return -1;
+}
+
+// A string key: its bytes (not NUL-terminated) and length; NULL when absent.
+static const char *gguf_string(const Gguf *g, const char *key, size_t *len) {
+    const GgufValue *v = gguf_find(g, key);
+    if (!v || v->type != GGUF_STRING) return NULL;
+    *len = (size_t)read_u64(v->value);
+    return (const char *)v->value + 8;
+}
+
+static void gguf_free(Gguf *g) {
+    free(g->values);
+    free(g->tensors);
+    memset(g, 0, sizeof *g);
+}
+
+static int compare_tensor_offset(const void *a, const void *b) {
+    const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+// Checks each tensor's shape, type, alignment and extent, and that no two overlap.
+static int gguf_check_tensors(Gguf *g, uint64_t alignment, const char *path) {
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        GgufTensor *t = &g->tensors[i];
+        if (!type_known((int)t->type))
+            return fail("%s: tensor %.*s has type %s (%u); supported: F32, F16, BF16, Q8_0, Q4_0", path,
+                        (int)t->name_len, t->name, type_name(t->type), t->type);
+        if ((t->type == TYPE_Q8_0 || t->type == TYPE_Q4_0) && t->dims[0] % QK != 0)
+            return fail("%s: tensor %.*s has rows of %llu, not a multiple of %d", path, (int)t->name_len,
+                        t->name, (unsigned long long)t->dims[0], QK);
+        uint64_t rows = 1;
+        for (int d = 1; d < t->n_dims; d++) rows *= t->dims[d]; // each dim < 2^32: checked when read
+        t->size = rows * type_row_bytes((int)t->type, (int)t->dims[0]);
+        if (rows > (1ull << 32) || t->offset % alignment != 0 || t->offset > g->data_size ||
+            t->size > g->data_size - t->offset)
+            return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
+                        (int)t->name_len, t->name);
+    }
+    GgufTensor **order = malloc((size_t)g->n_tensors * sizeof *order + 1);
+    if (!order) return fail("%s: out of memory", path);
+    for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, compare_tensor_offset);
+    int err = 0;
+    for (uint64_t i = 1; i < g->n_tensors && !err; i++)
+        if (order[i - 1]->offset + order[i - 1]->size > order[i]->offset)
+            err = fail("%s: tensors %.*s and %.*s overlap", path, (int)order[i - 1]->name_len, order[i - 1]->name,
+                       (int)order[i]->name_len, order[i]->name);
+    free(order);
+    return err;
+}
+
+// Indexes a GGUF file mapped at map[0..size). 0 ok; -1 with error_message.
+static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char *path) {
+    memset(g, 0, sizeof *g);
+    Cursor c = {map, map + size};
+    uint32_t magic = 0, version = 0;
+    if (take_u32(&c, &magic) != 0 || magic != GGUF_MAGIC) return fail("%s: not a GGUF file", path);
+    if (take_u32(&c, &version) != 0 || (version != 2 && version != 3))
+        return fail("%s: GGUF version %u is not supported (2 and 3 are)", path, version);
+    if (take_u64(&c, &g->n_tensors) != 0 || take_u64(&c, &g->n_values) != 0)
+        return fail("%s: GGUF header is truncated", path);
+    uint64_t left = (uint64_t)(c.end - c.p);
+    if (g->n_values > left / 12 || g->n_tensors > left / 24) // the smallest entries' sizes
+        return fail("%s: GGUF counts (%llu values, %llu tensors) are larger than the file", path,
+                    (unsigned long long)g->n_values, (unsigned long long)g->n_tensors);
+    g->values = calloc((size_t)g->n_values + 1, sizeof(GgufValue));
+    g->tensors = calloc((size_t)g->n_tensors + 1, sizeof(GgufTensor));
+    if (!g->values || !g->tensors) { gguf_free(g); return fail("%s: out of memory", path); }
+    for (uint64_t i = 0; i < g->n_values; i++) {
+        GgufValue *v = &g->values[i];
+        if (take_string(&c, &v->key, &v->key_len) != 0 || take_u32(&c, &v->type) != 0) {
+            gguf_free(g);
+            return fail("%s: GGUF metadata key %llu runs past the end", path, (unsigned long long)i);
+        }
+        v->value = c.p;
+        if (v->type == GGUF_ARRAY && c.end - c.p >= 12) {
+            v->elem_type = (uint32_t)read_i32(c.p);
+            v->count = read_u64(c.p + 4);
+            v->elems = c.p + 12;
+        }
+        if (skip_value(&c, v->type, 0) != 0) {
+            gguf_free(g);
+            return fail("%s: GGUF metadata value %llu is malformed or runs past the end", path, (unsigned long long)i);
+        }
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        GgufTensor *t = &g->tensors[i];
+        uint32_t n_dims = 0;
+        if (take_string(&c, &t->name, &t->name_len) != 0 || take_u32(&c, &n_dims) != 0 || n_dims < 1 || n_dims > 4) {
+            gguf_free(g);
+            return fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+        }
+        t->n_dims = (int)n_dims;
+        int bad = 0;
+        for (uint32_t d = 0; d < n_dims; d++)
+            bad |= take_u64(&c, &t->dims[d]) != 0 || t->dims[d] == 0 || t->dims[d] > INT32_MAX;
+        if (bad || take_u32(&c, &t->type) != 0 || take_u64(&c, &t->offset) != 0) {
+            gguf_free(g);
+            return fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+        }
+    }
+    int64_t alignment;
+    if (gguf_int(g, "general.alignment", 32, &alignment) != 0 || alignment <= 0 || alignment > 65536 ||
+        (alignment & (alignment - 1))) {
+        gguf_free(g);
+        return fail("%s: general.alignment is not a power of two", path);
+    }
+    uint64_t data_start = ((uint64_t)(c.p - map) + (uint64_t)alignment - 1) / (uint64_t)alignment * (uint64_t)alignment;
+    if (data_start > size && g->n_tensors > 0) {
+        gguf_free(g);
+        return fail("%s: GGUF file ends before its tensor data", path);
+    }
+    g->data = map + (data_start < size ? data_start : size);
+    g->data_size = data_start < size ? size - data_start : 0;
+    if (gguf_check_tensors(g, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
+    return 0;
+}
+
+static const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
+    size_t n = strlen(name);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].name_len == n && memcmp(g->tensors[i].name, name, n) == 0) return &g->tensors[i];
+    return NULL;
+}
+
+// Points *m at the tensor called name, which must be (rows, cols); NULL
+// m: a norm vector (cols), which must be F32.
+static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matrix *m, const float **vec,
+                       const char *path) {
+    const GgufTensor *t = gguf_tensor(g, name);
+    if (!t) return fail("%s: tensor %s is missing", path, name);
+    uint64_t t_rows = t->n_dims > 1 ? t->dims[1] : 1;
+    if (t->n_dims > 2 || t->dims[0] != (uint64_t)cols || t_rows != (uint64_t)rows)
+        return fail("%s: tensor %s has the wrong shape (expected %d x %d)", path, name, rows, cols);
+    if (vec) {
+        if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
+        *vec = (const float *)(g->data + t->offset);
+    } else {
+        *m = (Matrix){g->data + t->offset, (int)t->type, rows, cols};
+    }
+    return 0;
+}
+
+static int gguf_config(Config *c, const Gguf *g, const char *path) {
+    size_t len;
+    const char *arch = gguf_string(g, "general.architecture", &len);
+    if (!arch) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
+    if (len != 5 || memcmp(arch, "llama", 5) != 0)
+        return fail("%s: architecture '%.*s' is not supported (only llama)", path, (int)(len < 64 ? len : 64), arch);
+    if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
+    const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
+    int64_t v[8];
+    int err = gguf_int(g, "llama.embedding_length", 0, &v[0]) | gguf_int(g, "llama.feed_forward_length", 0, &v[1]) |
+              gguf_int(g, "llama.block_count", 0, &v[2]) | gguf_int(g, "llama.attention.head_count", 0, &v[3]) |
+              gguf_int(g, "llama.context_length", 0, &v[5]) | gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) |
+              gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
+    err |= gguf_int(g, "llama.attention.head_count_kv", v[3], &v[4]);
+    err |= gguf_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta);
+    err |= gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps);
+    if (err) return fail("%s: a llama.* metadata value has the wrong type", path);
+    for (int i = 0; i < 8; i++)
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX) return fail("%s: llama.* metadata value %lld is out of range", path, (long long)v[i]);
+    *c = (Config){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)emb->dims[1], (int)v[5],
+                  v[3] > 0 ? (int)(v[0] / v[3]) : 0, c->rope_theta, c->norm_eps, gguf_tensor(g, "output.weight") == NULL,
+                  (int)v[6], (int)v[7], (int)emb->type};
+    int64_t rope_dims;
+    if (gguf_int(g, "llama.rope.dimension_count", c->head_size, &rope_dims) != 0 || rope_dims != c->head_size)
+        return fail("%s: llama.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
+                    path, (long long)rope_dims, c->head_size);
+    return 0;
+}
+
+static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
+    int q_dim = c->n_heads * c->head_size;
+    char name[64];
+    if (gguf_weight(g, "token_embd.weight", c->vocab_size, c->dim, &w->token_embedding, NULL, path) ||
+        gguf_weight(g, "output_norm.weight", 1, c->dim, NULL, &w->rms_final, path))
+        return -1;
+    if (c->shared_classifier) w->wcls = w->token_embedding;
+    else if (gguf_weight(g, "output.weight", c->vocab_size, c->dim, &w->wcls, NULL, path)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
+            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
+            {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
+            {"attn_v", kv_dim(c), c->dim, &lw->wv, NULL},  {"attn_output", c->dim, q_dim, &lw->wo, NULL},
+            {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
+            {"ffn_up", c->hidden_dim, c->dim, &lw->w3, NULL},
+        };
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
+            if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
+        }
+    }
     return 0;
 }
 
@@ -369,13 +720,32 @@ void transformer_close(Transformer *t) {
     memset(t, 0, sizeof *t);
 }
 
-// Maps a checkpoint, checks it completely, points the weights into it and
-// allocates the run state. 0 on success; -1 with error_message set.
+static int gguf_open_model(Transformer *t, const char *path) {
+    Gguf g;
+    if (gguf_parse(&g, t->map, t->map_size, path) != 0) { transformer_close(t); return -1; }
+    Config *c = &t->config;
+    int err = gguf_config(c, &g, path);
+    if (!err) err = check_config(c, path);
+    if (!err) {
+        t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
+        if (!t->weights.layers || alloc_run_state(&t->state, c) != 0)
+            err = fail("%s: out of memory for the run state (context %d)", path, c->seq_len);
+    }
+    if (!err) err = gguf_weights(&t->weights, c, &g, path);
+    gguf_free(&g);
+    if (err) transformer_close(t);
+    return err;
+}
+
+// Maps a checkpoint (llama2.c version 0, ours, or GGUF), checks it
+// completely, points the weights into it and allocates the run state. 0 on success; -1 with error_message set.
 int transformer_open(Transformer *t, const char *path) {
     memset(t, 0, sizeof *t);
     if (map_file(path, &t->map, &t->map_size) != 0) return -1;
     const unsigned char *h = t->map;
     Config *c = &t->config;
+    t->is_gguf = t->map_size >= 4 && (uint32_t)read_i32(h) == GGUF_MAGIC;
+    if (t->is_gguf) return gguf_open_model(t, path);
     int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
@@ -436,14 +806,97 @@ static void matmul_f32(float *out, const float *x, const float *w, int rows, int
     }
 }
 
-// out (m.rows) = m (m.rows, m.cols) @ x (m.cols)
-static void matmul(float *out, const float *x, const Matrix *m) {
-    matmul_f32(out, x, m->data, m->rows, m->cols);
+// IEEE half precision to float, portably (denormals, infinities, NaN).
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0x1F) bits = sign | 0x7F800000u | mant << 13;
+    else if (exp != 0) bits = sign | (exp + 112) << 23 | mant << 13;
+    else if (mant == 0) bits = sign;
+    else { // a denormal half is a normal float
+        exp = 113;
+        while (!(mant & 0x400)) { mant <<= 1; exp--; }
+        bits = sign | exp << 23 | (mant & 0x3FF) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
-// Copies row `row` of a matrix into out as floats (the embedding lookup).
-static void matrix_row(float *out, const Matrix *m, int row) {
-    memcpy(out, (const float *)m->data + (size_t)row * m->cols, (size_t)m->cols * sizeof(float));
+static float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t read_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+// Row i of a matrix as floats, for any weight type: the reference for every
+// kernel below, and the embedding lookup. A quantized value is its block's
+// scale times its integer: Q8_0 stores int8; Q4_0 stores 4-bit q - 8, the
+// low nibbles of the 16 bytes holding values 0..15 and the high ones 16..31.
+static void matrix_row(float *out, const Matrix *m, int i) {
+    const unsigned char *row = (const unsigned char *)m->data + (size_t)i * type_row_bytes(m->type, m->cols);
+    for (int j = 0; j < m->cols; j++) {
+        const unsigned char *block = row + (size_t)(j / QK) * (m->type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES);
+        int k = j % QK;
+        switch (m->type) {
+        case TYPE_F16: out[j] = f16_to_f32(read_u16(row + 2 * (size_t)j)); break;
+        case TYPE_BF16: out[j] = bf16_to_f32(read_u16(row + 2 * (size_t)j)); break;
+        case TYPE_Q8_0: out[j] = f16_to_f32(read_u16(block)) * (int8_t)block[2 + k]; break;
+        case TYPE_Q4_0:
+            out[j] = f16_to_f32(read_u16(block)) * (((k < 16 ? block[2 + k] : block[2 + k - 16] >> 4) & 0xF) - 8);
+            break;
+        default: out[j] = ((const float *)row)[j];
+        }
+    }
+}
+
+// dot(row, x) for one row of n values of a 16-bit float type.
+static float dot_f16(const unsigned char *row, const float *x, int n, int bf16) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        uint16_t h = read_u16(row + 2 * (size_t)j);
+        sum += (bf16 ? bf16_to_f32(h) : f16_to_f32(h)) * x[j];
+    }
+    return sum;
+}
+
+// dot(row, x) for a Q8_0 or Q4_0 row: integer values times x per block,
+// then the block's scale. The last block may be partial (padded with zeros).
+static float dot_quantized(const unsigned char *row, const float *x, int n, int type) {
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    float sum = 0.0f;
+    for (int b = 0; b * QK < n; b++) {
+        const unsigned char *block = row + (size_t)b * block_bytes;
+        const float *xb = x + b * QK;
+        int len = n - b * QK < QK ? n - b * QK : QK;
+        float block_sum = 0.0f;
+        for (int k = 0; k < len; k++) {
+            int q = type == TYPE_Q8_0 ? (int8_t)block[2 + k]
+                                      : ((k < 16 ? block[2 + k] : block[2 + k - 16] >> 4) & 0xF) - 8;
+            block_sum += q * xb[k];
+        }
+        sum += f16_to_f32(read_u16(block)) * block_sum;
+    }
+    return sum;
+}
+
+static void matmul_typed(float *out, const float *x, const Matrix *m) {
+    size_t row_bytes = type_row_bytes(m->type, m->cols);
+    int i;
+    #pragma omp parallel for private(i)
+    for (i = 0; i < m->rows; i++) {
+        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
+        out[i] = m->type == TYPE_F16 || m->type == TYPE_BF16 ? dot_f16(row, x, m->cols, m->type == TYPE_BF16)
+                                                             : dot_quantized(row, x, m->cols, m->type);
+    }
+}
+
+// out (m.rows) = m (m.rows, m.cols) @ x (m.cols)
+static void matmul(float *out, const float *x, const Matrix *m) {
+    if (m->type == TYPE_F32) matmul_f32(out, x, m->data, m->rows, m->cols);
+    else matmul_typed(out, x, m);
 }
 
 // The rotation angles for position pos, computed in double so that long
@@ -571,6 +1024,9 @@ typedef struct {
     int bos_id, eos_id, unk_id;
     int add_dummy_prefix;  // SentencePiece normalizer flags
     int remove_extra_spaces;
+    int add_bos;           // prompts start with BOS
+    int chat_template;     // GGUF's template: -1 none, 1 Llama 2's [INST] format, 0 another
+    int ids_known;         // BOS/EOS ids came from the file (GGUF), not from the model
     int byte_token[256];   // id of <0xXX>, or -1
     int *table;            // (table_size) piece hash table of ids, -1 = empty
     size_t table_size;     // a power of two
@@ -656,15 +1112,102 @@ static int tokenizer_alloc(Tokenizer *tk, int vocab_size) {
     tk->kind = calloc((size_t)vocab_size, 1);
     tk->bos_id = 1;
     tk->eos_id = 2;
+    tk->add_bos = 1;
+    tk->chat_template = -1;
     return tk->vocab && tk->piece_len && tk->scores && tk->kind ? 0 : -1;
 }
 
-// Reads a tokenizer.bin that must hold exactly vocab_size tokens (the model's).
-int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
+// The vocabulary of a GGUF file: tokenizer.ggml.* arrays, pieces spelled
+// with U+2581, which become spaces here as in tokenizer.bin.
+static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
+    size_t len;
+    const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
+    if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
+    if (len != 5 || memcmp(model, "llama", 5) != 0)
+        return fail("%s: tokenizer '%.*s' is not supported (only SentencePiece, 'llama')", path,
+                    (int)(len < 64 ? len : 64), model);
+    const GgufValue *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    const GgufValue *scores = gguf_find(g, "tokenizer.ggml.scores");
+    const GgufValue *types = gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem_type != GGUF_STRING)
+        return fail("%s: tokenizer.ggml.tokens is missing", path);
+    if (tokens->count != (uint64_t)vocab_size)
+        return fail("%s: tokenizer has %llu tokens but the model has vocab_size %d (tokenizer of another model?)",
+                    path, (unsigned long long)tokens->count, vocab_size);
+    if ((scores && (scores->type != GGUF_ARRAY || scores->elem_type != GGUF_F32 || scores->count != tokens->count)) ||
+        (types && (types->type != GGUF_ARRAY || (types->elem_type != GGUF_I32 && types->elem_type != GGUF_U32) ||
+                   types->count != tokens->count)))
+        return fail("%s: tokenizer.ggml.scores or token_type does not match the tokens", path);
     if (tokenizer_alloc(tk, vocab_size) != 0) return fail("%s: out of memory", path);
+    const unsigned char *p = tokens->elems; // checked by gguf_parse
+    for (int i = 0; i < vocab_size; i++) {
+        size_t n = (size_t)read_u64(p);
+        const char *piece = (const char *)p + 8;
+        p += 8 + n;
+        char *out = tk->vocab[i] = malloc(n + 1);
+        if (!out) return fail("%s: out of memory", path);
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (j + 2 < n && memcmp(piece + j, "\xE2\x96\x81", 3) == 0) { out[k++] = ' '; j += 2; }
+            else out[k++] = piece[j];
+        }
+        out[k] = '\0';
+        tk->piece_len[i] = (int)k;
+        tk->scores[i] = scores ? read_f32(scores->elems + 4 * (size_t)i) : 0.0f;
+        int type = types ? read_i32(types->elems + 4 * (size_t)i) : 0;
+        // user-defined pieces (4) merge like normal ones; unused ones (5) never
+        tk->kind[i] = type == 1 || type == 4 ? TOKEN_NORMAL : type == 2 ? TOKEN_UNKNOWN : type == 3 || type == 5 ? TOKEN_CONTROL
+                    : type == 6 && is_byte_piece(out, (int)k) ? TOKEN_BYTE : guess_kind(out, (int)k);
+    }
+    if (index_vocab(tk) != 0) return fail("%s: out of memory", path);
+    int64_t bos, eos, add_bos, add_prefix;
+    if (gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &bos) || gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &eos) ||
+        gguf_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos) ||
+        gguf_int(g, "tokenizer.ggml.add_space_prefix", 1, &add_prefix) || bos < 0 || bos >= vocab_size || eos < 0 ||
+        eos >= vocab_size)
+        return fail("%s: tokenizer.ggml BOS/EOS ids or flags are invalid", path);
+    tk->bos_id = (int)bos;
+    tk->eos_id = (int)eos;
+    tk->ids_known = 1;
+    tk->add_bos = add_bos != 0;
+    tk->add_dummy_prefix = add_prefix != 0;
+    const char *template = gguf_string(g, "tokenizer.chat_template", &len);
+    if (template) {
+        tk->chat_template = 0;
+        for (size_t i = 0; i + 6 <= len; i++)
+            if (memcmp(template + i, "[INST]", 6) == 0) tk->chat_template = 1;
+    }
+    return 0;
+}
+
+static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) {
+    void *map;
+    size_t size;
+    if (map_file(path, &map, &size) != 0) return -1;
+    Gguf g;
+    int err = gguf_parse(&g, map, size, path);
+    if (!err) {
+        err = gguf_vocab(tk, &g, path, vocab_size);
+        gguf_free(&g);
+    }
+    munmap(map, size);
+    if (err) tokenizer_close(tk);
+    return err;
+}
+
+// Reads a tokenizer that must hold exactly vocab_size tokens (the model's):
+// llama2.c's tokenizer.bin, or the vocabulary inside a GGUF file.
+int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
+    memset(tk, 0, sizeof *tk);
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { tokenizer_close(tk); return fail("%s: is a directory, not a file", path); }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
     FILE *f = fopen(path, "rb");
+    if (!f) return fail("%s: cannot open: %s", path, strerror(errno));
+    unsigned char magic[4];
+    int is_gguf = fread(magic, 1, 4, f) == 4 && (uint32_t)read_i32(magic) == GGUF_MAGIC;
+    rewind(f);
+    if (is_gguf) { fclose(f); return tokenizer_open_gguf(tk, path, vocab_size); }
+    if (tokenizer_alloc(tk, vocab_size) != 0) { fclose(f); return fail("%s: out of memory", path); }
     if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
     unsigned char word[4];
     int err = 0;
@@ -1049,7 +1592,8 @@ static double now_seconds(void) {
 static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
     int *tokens = len < SIZE_MAX / 16 ? malloc((3 * len + 3) * sizeof(int)) : NULL;
     if (!tokens) { fail("out of memory for a prompt of %zu bytes", len); return NULL; }
-    if (encode(tk, text, len, 1, 0, tokens, n_tokens) != 0) { free(tokens); return NULL; }
+    if (encode(tk, text, len, tk->add_bos, 0, tokens, n_tokens) != 0) { free(tokens); return NULL; }
+    if (*n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
     return tokens;
 }
 
@@ -1356,6 +1900,8 @@ static int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char
     if (!chat.context) return fail("out of memory");
     char *asked_system = NULL;
     int err = 0;
+    if (tk->chat_template == 0)
+        fprintf(stderr, "run: the model's chat template is not Llama 2's [INST] format; chatting in Llama 2's anyway\n");
     if (!system) {
         asked_system = ask("System prompt (Enter for none): ");
         chat.system = asked_system;
@@ -1408,7 +1954,7 @@ static void usage(FILE *f) {
         "              0 = up to the context length (default 256)\n"
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
-        "  -z <file>   tokenizer (default tokenizer.bin)\n"
+        "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
         "  -m <mode>   generate | chat | tokenize | logits (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits mode)\n"
@@ -1450,7 +1996,6 @@ static int parse_seed(const char *s, uint64_t *out) {
 // 0 ok; -1 with error_message naming the flag.
 static int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){0};
-    o->tokenizer = "tokenizer.bin";
     o->mode = "generate";
     o->steps = 256;
     o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
@@ -1537,9 +2082,10 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
             return fail("%s: -o would overwrite an input file", o->output);
         return logits_mode(t, o->prompt_file, text, o->output);
     }
-    if (tokenizer_open(tk, o->tokenizer, c->vocab_size) != 0) return -1;
-    tk->bos_id = c->bos_id;
-    tk->eos_id = c->eos_id;
+    // a GGUF model carries its tokenizer; -z still overrides it
+    const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
+    if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
+    if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
     if (!strcmp(o->mode, "tokenize")) return tokenize_mode(tk, text, text_len);
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
