@@ -726,21 +726,16 @@ static int gguf_open_model(Transformer *t, const char *path) {
     Config *c = &t->config;
     int err = gguf_config(c, &g, path);
     if (!err) err = check_config(c, path);
-    if (!err) {
-        t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-        if (!t->weights.layers || alloc_run_state(&t->state, c) != 0)
-            err = fail("%s: out of memory for the run state (context %d)", path, c->seq_len);
-    }
+    if (!err && !(t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights))))
+        err = fail("%s: out of memory", path);
     if (!err) err = gguf_weights(&t->weights, c, &g, path);
     gguf_free(&g);
-    if (err) transformer_close(t);
     return err;
 }
 
 // Maps a checkpoint (llama2.c version 0, ours, or GGUF), checks it
-// completely, points the weights into it and allocates the run state. 0 on success; -1 with error_message set.
-int transformer_open(Transformer *t, const char *path) {
-    memset(t, 0, sizeof *t);
+// completely and points the weights into it. 0 ok; -1 with error_message.
+static int load_weights(Transformer *t, const char *path) {
     if (map_file(path, &t->map, &t->map_size) != 0) return -1;
     const unsigned char *h = t->map;
     Config *c = &t->config;
@@ -749,31 +744,41 @@ int transformer_open(Transformer *t, const char *path) {
     int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
-    if (err != 0) { transformer_close(t); return -1; }
+    if (err != 0) return -1;
 
     // Size everything first (nothing is read), then point into the map.
     uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
     TensorWalk walk = {NULL, header, align};
     TensorStarts starts;
     uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
-    if (expected != t->map_size) {
-        fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
-             (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
-        transformer_close(t);
-        return -1;
-    }
+    if (expected != t->map_size)
+        return fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
+                    (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
     t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-    if (!t->weights.layers || alloc_run_state(&t->state, c) != 0) {
-        fail("%s: out of memory for the run state (seq_len %d)", path, c->seq_len);
-        transformer_close(t);
-        return -1;
-    }
+    if (!t->weights.layers) return fail("%s: out of memory", path);
     walk = (TensorWalk){t->map, header, align};
     if (runc) walk_runc(&walk, &starts, c);
     else walk_v0(&walk, &starts, c);
     point_weights(&t->weights, &starts, c);
     return 0;
 }
+
+// Loads a checkpoint and allocates the run state for a context of
+// max_context positions (0, or more than the model's: the model's own).
+int transformer_open_context(Transformer *t, const char *path, int max_context) {
+    memset(t, 0, sizeof *t);
+    if (load_weights(t, path) != 0) { transformer_close(t); return -1; }
+    Config *c = &t->config;
+    if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
+    if (alloc_run_state(&t->state, c) != 0) {
+        fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, c->seq_len);
+        transformer_close(t);
+        return -1;
+    }
+    return 0;
+}
+
+int transformer_open(Transformer *t, const char *path) { return transformer_open_context(t, path, 0); }
 
 /* ----------------------------------------------------------------------------
    Math kernels. Each works on plain float arrays; matmul dispatches on the
@@ -1935,6 +1940,7 @@ typedef struct {
     const char *output;        // -o
     const char *trace;         // --trace
     int steps;                 // -n
+    int context;               // -c
     uint64_t seed;             // -s
     int seed_given;
     SamplerParams sampling;
@@ -1952,6 +1958,7 @@ static void usage(FILE *f) {
         "  -s <int>    random seed (default: from the clock)\n"
         "  -n <int>    generate: positions to run, prompt included; chat: tokens per reply;\n"
         "              0 = up to the context length (default 256)\n"
+        "  -c <int>    context length: cap the model's to save KV-cache memory (default: the model's)\n"
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
@@ -2006,7 +2013,7 @@ static int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
+                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -2023,6 +2030,7 @@ static int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(flag, "--repeat-last-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); sp->repeat_last_n = (int)n; }
         else if (!strcmp(flag, "-s")) { err = parse_seed(v, &o->seed); o->seed_given = 1; }
         else if (!strcmp(flag, "-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); o->steps = (int)n; }
+        else if (!strcmp(flag, "-c")) { err = parse_int(flag, v, 0, INT_MAX, &n); o->context = (int)n; }
         else if (!strcmp(flag, "-i")) o->prompt = v;
         else if (!strcmp(flag, "-f")) o->prompt_file = v;
         else if (!strcmp(flag, "-z")) o->tokenizer = v;
@@ -2125,7 +2133,7 @@ int main(int argc, char **argv) {
     }
     Transformer t;
     Tokenizer tk = {0};
-    int err = transformer_open(&t, o.checkpoint);
+    int err = transformer_open_context(&t, o.checkpoint, o.context);
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
         transformer_close(&t);
