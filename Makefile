@@ -3,7 +3,7 @@ CC ?= cc
 SHARED ?= ../shared
 OPENMP ?= 1
 ARCH ?= -march=native
-CFLAGS ?= -O3 $(ARCH) -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Wshadow
+CFLAGS ?= -O3 $(ARCH) -std=c11 -Wall -Wextra -Wshadow
 ifeq ($(OPENMP),1)
 CFLAGS += -fopenmp
 endif

@@ -11,11 +11,15 @@
    Build: make            (optimized for this machine, OpenMP if available)
           make portable   (runs on any x86-64 / ARM64 machine) */
 
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L // mmap, getline, strdup, sigaction, clock_gettime
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1584,6 +1588,15 @@ static void text_finish(TextOut *o) {
     fflush(o->out);
 }
 
+// Ctrl-C sets this; generation stops at the next token (a second Ctrl-C exits).
+static volatile sig_atomic_t interrupted = 0;
+
+static void on_interrupt(int sig) {
+    (void)sig;
+    if (interrupted) _exit(130);
+    interrupted = 1;
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1623,7 +1636,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     int token = tokens[0], pos = 0, n_generated = 0;
     history[0] = token;
     double start = now_seconds(), prompt_done = start;
-    while (pos < steps) {
+    while (pos < steps && !interrupted && !ferror(out)) { // a closed pipe ends it quietly
         float *logits = forward(t, token, pos);
         int next;
         if (pos < n_prompt - 1) {
@@ -1820,7 +1833,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     if (!reply) { fail("out of memory"); return NULL; }
     TextOut text = {stdout, {0}, 0};
     int n = 0, prev = -1; // -1: a reply keeps its leading space
-    while (n < limit) {
+    while (n < limit && !interrupted) {
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
         if (next == c->eos_id || next == c->bos_id) break;
         size_t len;
@@ -1833,6 +1846,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
         if (n < limit) logits = feed_context(chat);
     }
     text_finish(&text);
+    interrupted = 0; // Ctrl-C ends the reply, not the chat
     reply[n++] = c->eos_id; // the reply ends with EOS, fed with the next turn
     *n_reply = n;
     return reply;
@@ -1871,13 +1885,19 @@ static int chat_turn(Chat *chat, const char *user) {
     return 0;
 }
 
-// Reads one line of any length without its line ending; NULL at end of input.
+// Reads one line of any length without its line ending; NULL at end of
+// input (or Ctrl-C). A line holding a NUL byte comes back empty, with a
+// message: it cannot be sent whole.
 static char *read_line(FILE *in) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, in);
     if (n < 0) { free(line); return NULL; }
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    if (strlen(line) != (size_t)n) {
+        fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
+        line[0] = '\0';
+    }
     return line;
 }
 
@@ -2115,6 +2135,9 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
 }
 
 int main(int argc, char **argv) {
+    struct sigaction on_ctrl_c = {0};
+    on_ctrl_c.sa_handler = on_interrupt; // no SA_RESTART: Ctrl-C also ends a wait for input
+    sigaction(SIGINT, &on_ctrl_c, NULL);
     Options o;
     if (parse_args(&o, argc, argv) != 0) {
         int help = !strcmp(error_message, "help");
@@ -2147,6 +2170,6 @@ int main(int argc, char **argv) {
     tokenizer_close(&tk);
     free(text);
     if (err) fprintf(stderr, "run: %s\n", error_message);
-    return err ? 1 : 0;
+    return err ? 1 : interrupted && !strcmp(o.mode, "generate") ? 130 : 0;
 }
 #endif
