@@ -115,6 +115,15 @@ typedef struct {
     float *logits;      // (vocab_size)
     float *key_cache;   // (n_layers, seq_len, kv_dim)
     float *value_cache; // (n_layers, seq_len, kv_dim)
+    // prefill: the same for a block of up to BATCH positions, one row each
+    float *bx;          // (BATCH, dim)
+    float *bxb;         // (BATCH, dim)
+    float *bxb2;        // (BATCH, dim)
+    float *bq;          // (BATCH, n_heads*head_size)
+    float *bhb;         // (BATCH, hidden_dim)
+    float *bhb2;        // (BATCH, hidden_dim)
+    float *brope_cos;   // (BATCH, head_size/2)
+    float *brope_sin;   // (BATCH, head_size/2)
 } RunState;
 
 typedef struct {
@@ -127,6 +136,9 @@ typedef struct {
     FILE *trace;         // --trace: every token fed, one id per line
     int is_gguf;
 } Transformer;
+
+// Positions per prefill block: forward_batch evaluates longer runs block by block.
+#define BATCH 64
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
 #define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
@@ -705,8 +717,17 @@ static int alloc_run_state(RunState *s, const Config *c) {
     s->logits = calloc((size_t)c->vocab_size, sizeof(float));
     s->key_cache = calloc(kv, sizeof(float));
     s->value_cache = calloc(kv, sizeof(float));
+    s->bx = calloc((size_t)BATCH * c->dim, sizeof(float));
+    s->bxb = calloc((size_t)BATCH * c->dim, sizeof(float));
+    s->bxb2 = calloc((size_t)BATCH * c->dim, sizeof(float));
+    s->bq = calloc((size_t)BATCH * c->n_heads * c->head_size, sizeof(float));
+    s->bhb = calloc((size_t)BATCH * c->hidden_dim, sizeof(float));
+    s->bhb2 = calloc((size_t)BATCH * c->hidden_dim, sizeof(float));
+    s->brope_cos = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
+    s->brope_sin = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
-        !s->rope_sin || !s->logits || !s->key_cache || !s->value_cache)
+        !s->rope_sin || !s->logits || !s->key_cache || !s->value_cache || !s->bx || !s->bxb || !s->bxb2 ||
+        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin)
         return -1;
     return 0;
 }
@@ -714,6 +735,8 @@ static int alloc_run_state(RunState *s, const Config *c) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
     free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
+    free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
+    free(s->brope_cos); free(s->brope_sin);
     memset(s, 0, sizeof *s);
 }
 
@@ -925,6 +948,137 @@ static void matmul_f32(float *out, const float *x, const float *w, int rows, int
     else matmul_f32_fast(out, x, w, rows, cols);
 }
 
+/* Matrix-matrix products for prefill: n positions through one matrix, so
+   that each weight is read from memory once per block of positions instead
+   of once per position. The work is cut into tiles of TILE_ROWS rows by
+   TILE_TOKENS positions whose partial sums stay in registers; a tile that
+   sticks out of the matrix or the block repeats its last row or position
+   and drops the extra sums. */
+
+#if defined(__AVX512F__)
+#define TILE_ROWS 4
+#define TILE_TOKENS 6
+
+// sums[t][r] = dot(w[r], x[t]) over cols values.
+static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
+    __m512 acc[TILE_TOKENS][TILE_ROWS];
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm512_setzero_ps();
+    for (int j = 0; j < cols; j += 16) {
+        __mmask16 m = cols - j >= 16 ? (__mmask16)0xFFFF : tail_mask(cols - j);
+        __m512 wv[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) wv[r] = _mm512_maskz_loadu_ps(m, w[r] + j);
+        for (int t = 0; t < TILE_TOKENS; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x[t] + j);
+            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+        }
+    }
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) sums[t][r] = _mm512_reduce_add_ps(acc[t][r]);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TILE_ROWS 3 // 12 sums + 3 rows + 1 position: the 16 registers
+#define TILE_TOKENS 4
+
+static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
+    __m256 acc[TILE_TOKENS][TILE_ROWS];
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= cols; j += 8) {
+        __m256 wv[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) wv[r] = _mm256_loadu_ps(w[r] + j);
+        for (int t = 0; t < TILE_TOKENS; t++) {
+            __m256 xv = _mm256_loadu_ps(x[t] + j);
+            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm256_fmadd_ps(wv[r], xv, acc[t][r]);
+        }
+    }
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) {
+            float sum = sum_m256(acc[t][r]);
+            for (int k = j; k < cols; k++) sum += w[r][k] * x[t][k];
+            sums[t][r] = sum;
+        }
+}
+
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define TILE_ROWS 4
+#define TILE_TOKENS 6
+
+static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
+    float32x4_t acc[TILE_TOKENS][TILE_ROWS];
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = vdupq_n_f32(0.0f);
+    int j = 0;
+    for (; j + 4 <= cols; j += 4) {
+        float32x4_t wv[TILE_ROWS];
+        for (int r = 0; r < TILE_ROWS; r++) wv[r] = vld1q_f32(w[r] + j);
+        for (int t = 0; t < TILE_TOKENS; t++) {
+            float32x4_t xv = vld1q_f32(x[t] + j);
+            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = vfmaq_f32(acc[t][r], wv[r], xv);
+        }
+    }
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) {
+            float sum = vaddvq_f32(acc[t][r]);
+            for (int k = j; k < cols; k++) sum += w[r][k] * x[t][k];
+            sums[t][r] = sum;
+        }
+}
+
+#else
+#define TILE_ROWS 4
+#define TILE_TOKENS 4
+
+static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
+    for (int t = 0; t < TILE_TOKENS; t++)
+        for (int r = 0; r < TILE_ROWS; r++) sums[t][r] = dot_f32(w[r], x[t], cols);
+}
+#endif
+
+// out (n, rows) = x (n, cols) @ w (rows, cols)^T, one position at a time
+// with the plain kernel: the reference for matmat_f32_fast.
+static void matmat_f32_plain(float *out, const float *x, int n, const float *w, int rows, int cols) {
+    for (int t = 0; t < n; t++) matmul_f32_plain(out + (size_t)t * rows, x + (size_t)t * cols, w, rows, cols);
+}
+
+// Tiles for rows [r0, r1) against all n positions.
+static void matmat_rows(float *out, const float *x, int n, const float *w, int rows, int cols, int r0, int r1) {
+    const float *w_rows[TILE_ROWS], *x_rows[TILE_TOKENS];
+    float sums[TILE_TOKENS][TILE_ROWS];
+    for (int t0 = 0; t0 < n; t0 += TILE_TOKENS) {
+        int nt = n - t0 < TILE_TOKENS ? n - t0 : TILE_TOKENS;
+        for (int t = 0; t < TILE_TOKENS; t++) x_rows[t] = x + (size_t)(t0 + (t < nt ? t : nt - 1)) * cols;
+        for (int i = r0; i < r1; i += TILE_ROWS) {
+            int nr = r1 - i < TILE_ROWS ? r1 - i : TILE_ROWS;
+            for (int r = 0; r < TILE_ROWS; r++) w_rows[r] = w + (size_t)(i + (r < nr ? r : nr - 1)) * cols;
+            tile_f32(sums, w_rows, x_rows, cols);
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * rows + i + r] = sums[t][r];
+        }
+    }
+}
+
+// The same product, cache-blocked: the threads split the rows into blocks
+// of about 256 KiB of weights, which stay in the core's L2 cache while every
+// position of the block passes over them; a tile's positions stay in L1.
+static void matmat_f32_fast(float *out, const float *x, int n, const float *w, int rows, int cols) {
+    int block_rows = (int)((256 * 1024) / ((size_t)cols * sizeof(float))) / TILE_ROWS * TILE_ROWS;
+    if (block_rows < TILE_ROWS) block_rows = TILE_ROWS;
+    int n_blocks = (rows + block_rows - 1) / block_rows, b;
+    #pragma omp parallel for private(b) schedule(static)
+    for (b = 0; b < n_blocks; b++) {
+        int r0 = b * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
+        matmat_rows(out, x, n, w, rows, cols, r0, r1);
+    }
+}
+
+static void matmat_f32(float *out, const float *x, int n, const float *w, int rows, int cols) {
+    if (use_plain_kernels) matmat_f32_plain(out, x, n, w, rows, cols);
+    else matmat_f32_fast(out, x, n, w, rows, cols);
+}
+
 // IEEE half precision to float, portably (denormals, infinities, NaN).
 static float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
@@ -1018,6 +1172,12 @@ static void matmul(float *out, const float *x, const Matrix *m) {
     else matmul_typed(out, x, m);
 }
 
+// out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once
+static void matmat(float *out, const float *x, int n, const Matrix *m) {
+    if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols);
+    else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
+}
+
 // The rotation angles for position pos, computed in double so that long
 // contexts keep their precision: pair i turns by pos * theta^(-2i/head_size).
 static void rope_angles(float *cos_out, float *sin_out, int pos, int head_size, float theta) {
@@ -1052,22 +1212,21 @@ static void swiglu(float *hb, const float *hb2, int n) {
    Forward: one token at position pos; returns the logits (vocab_size). The
    caller feeds positions 0, 1, 2, ... in order; pos < seq_len. */
 
-// Causal self-attention of head h over positions 0..pos of this layer's cache.
-static void attention_head(const Transformer *t, int layer, int h, int pos) {
+// Causal self-attention of query head h (q: head_size values) over positions
+// 0..pos of this layer's cache; att is scratch of pos + 1 scores, the result
+// goes to out (head_size).
+static void attention_head(const Transformer *t, int layer, int h, int pos, const float *q, float *att, float *out) {
     const Config *c = &t->config;
     const RunState *s = &t->state;
     int hs = c->head_size, kvd = kv_dim(c);
     int kv_head = h / (c->n_heads / c->n_kv_heads);
     size_t layer_offset = (size_t)layer * c->seq_len * kvd;
-    const float *q = s->q + (size_t)h * hs;
-    float *att = s->att + (size_t)h * c->seq_len;
     float scale = 1.0f / sqrtf((float)hs);
     for (int p = 0; p <= pos; p++) {
         const float *k = s->key_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
         att[p] = dot_f32(q, k, hs) * scale;
     }
     softmax(att, pos + 1);
-    float *out = s->xb + (size_t)h * hs;
     memset(out, 0, (size_t)hs * sizeof(float));
     for (int p = 0; p <= pos; p++) {
         const float *v = s->value_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
@@ -1101,7 +1260,8 @@ float *forward(Transformer *t, int token, int pos) {
         rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
         int h;
         #pragma omp parallel for private(h)
-        for (h = 0; h < c->n_heads; h++) attention_head(t, l, h, pos);
+        for (h = 0; h < c->n_heads; h++)
+            attention_head(t, l, h, pos, s->q + (size_t)h * hs, s->att + (size_t)h * c->seq_len, s->xb + (size_t)h * hs);
         matmul(s->xb2, s->xb, &lw->wo);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
 
@@ -1116,6 +1276,99 @@ float *forward(Transformer *t, int token, int pos) {
     rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
     matmul(s->logits, s->x, &w->wcls);
     return s->logits;
+}
+
+/* Batched forward (prefill): n tokens at positions pos..pos+n-1, BATCH at
+   a time. Every matrix multiplies a whole block of positions (matmat), so
+   its weights are read once per block; each position attends causally to
+   the cache, which already holds the block's earlier positions. Same
+   arithmetic as forward, up to the order of additions. */
+
+// dim-wide rows: x[t] += y[t] for n rows.
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+// One block of n <= BATCH positions. logits_out: NULL, or (n, vocab_size)
+// for every position's logits; want_last: the last position's logits go to
+// state.logits (when logits_out is NULL).
+static void forward_block(Transformer *t, const int *tokens, int n, int pos, float *logits_out, int want_last) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    RunState *s = &t->state;
+    int dim = c->dim, hs = c->head_size, kvd = kv_dim(c), q_dim = c->n_heads * hs;
+    t->n_forward += n;
+    for (int i = 0; i < n; i++) {
+        if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
+        matrix_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
+        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, hs, c->rope_theta);
+    }
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
+        float *k = s->key_cache + cache_at;   // (n, kv_dim): the block's rows of the cache
+        float *v = s->value_cache + cache_at; // (n, kv_dim)
+
+        // attention: q, k, v for the block; k and v go straight into the cache
+        for (int i = 0; i < n; i++)
+            rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_att, dim, c->norm_eps);
+        matmat(s->bq, s->bxb, n, &lw->wq);
+        matmat(k, s->bxb, n, &lw->wk);
+        matmat(v, s->bxb, n, &lw->wv);
+        for (int i = 0; i < n; i++) {
+            const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
+            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
+            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, cos_t, sin_t);
+        }
+        int h;
+        #pragma omp parallel for private(h) schedule(static)
+        for (h = 0; h < c->n_heads; h++)
+            for (int i = 0; i < n; i++)
+                attention_head(t, l, h, pos + i, s->bq + (size_t)i * q_dim + (size_t)h * hs,
+                               s->att + (size_t)h * c->seq_len, s->bxb + (size_t)i * dim + (size_t)h * hs);
+        matmat(s->bxb2, s->bxb, n, &lw->wo);
+        add_rows(s->bx, s->bxb2, (size_t)n * dim);
+
+        // feed-forward: w2 (silu(w1 x) * w3 x)
+        for (int i = 0; i < n; i++)
+            rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_ffn, dim, c->norm_eps);
+        matmat(s->bhb, s->bxb, n, &lw->w1);
+        matmat(s->bhb2, s->bxb, n, &lw->w3);
+        swiglu(s->bhb, s->bhb2, n * c->hidden_dim);
+        matmat(s->bxb2, s->bhb, n, &lw->w2);
+        add_rows(s->bx, s->bxb2, (size_t)n * dim);
+    }
+
+    // the classifier only where logits are wanted
+    if (logits_out) {
+        for (int i = 0; i < n; i++)
+            rmsnorm(s->bx + (size_t)i * dim, s->bx + (size_t)i * dim, w->rms_final, dim, c->norm_eps);
+        matmat(logits_out, s->bx, n, &w->wcls);
+    } else if (want_last) {
+        rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
+        matmul(s->logits, s->x, &w->wcls);
+    }
+}
+
+// Feeds tokens[0..n) at positions pos..pos+n-1 (pos + n <= seq_len) and
+// returns the last position's logits. logits_out: NULL, or (n, vocab_size)
+// when every position's logits are wanted (the return value then points at
+// its last row).
+float *forward_batch(Transformer *t, const int *tokens, int n, int pos, float *logits_out) {
+    size_t vocab = (size_t)t->config.vocab_size;
+    if (n == 1) { // a single position: the matrix-vector path is faster
+        float *logits = forward(t, tokens[0], pos);
+        if (!logits_out) return logits;
+        memcpy(logits_out, logits, vocab * sizeof(float));
+        return logits_out;
+    }
+    for (int done = 0; done < n; done += BATCH) {
+        int block = n - done < BATCH ? n - done : BATCH;
+        forward_block(t, tokens + done, block, pos + done, logits_out ? logits_out + done * vocab : NULL,
+                      done + block == n);
+    }
+    return logits_out ? logits_out + (size_t)(n - 1) * vocab : t->state.logits;
 }
 
 /* ----------------------------------------------------------------------------
@@ -1740,21 +1993,25 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     int *history = malloc((size_t)(steps + 1) * sizeof(int));
     if (!history) { free(tokens); return fail("out of memory"); }
 
+    // the prompt in blocks (positions 0..n_prompt-1), then echoed
     TextOut text = {out, {0}, 0};
-    int token = tokens[0], pos = 0, n_generated = 0;
-    history[0] = token;
-    double start = now_seconds(), prompt_done = start;
+    double start = now_seconds();
+    float *logits = forward_batch(t, tokens, n_prompt, 0, NULL);
+    double prompt_done = now_seconds();
+    memcpy(history, tokens, (size_t)n_prompt * sizeof(int));
+    for (int i = 1; i < n_prompt; i++) {
+        size_t len;
+        const char *piece = decode(tk, tokens[i - 1], tokens[i], &len);
+        text_put(&text, piece, len);
+    }
+    fflush(out);
+
+    int pos = n_prompt - 1, token = tokens[pos], n_generated = 0;
     while (pos < steps && !interrupted && !ferror(out)) { // a closed pipe ends it quietly
-        float *logits = forward(t, token, pos);
-        int next;
-        if (pos < n_prompt - 1) {
-            next = tokens[pos + 1];
-        } else {
-            if (n_generated == 0) prompt_done = now_seconds();
-            next = sample(s, logits, history, pos + 1);
-            n_generated++;
-            if (next == c->bos_id || next == c->eos_id) break;
-        }
+        if (n_generated > 0) logits = forward(t, token, pos);
+        int next = sample(s, logits, history, pos + 1);
+        n_generated++;
+        if (next == c->bos_id || next == c->eos_id) break;
         size_t len;
         const char *piece = decode(tk, token, next, &len);
         text_put(&text, piece, len);
@@ -1814,21 +2071,30 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
     return ids;
 }
 
-// Feeds ids from position 0 and writes every position's logits (float32).
+// Feeds ids from position 0, a block at a time, and writes every position's
+// logits (float32).
 static int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
     const Config *c = &t->config;
     int n;
     int *ids = read_ids(ids_path, ids_text, c->vocab_size, c->seq_len, &n);
     if (!ids) return -1;
-    FILE *f = fopen(out_path, "wb");
-    if (!f) { free(ids); return fail("%s: cannot write: %s", out_path, strerror(errno)); }
+    float *logits = malloc((size_t)BATCH * c->vocab_size * sizeof(float)); // (BATCH, vocab_size)
+    FILE *f = logits ? fopen(out_path, "wb") : NULL;
+    if (!f) {
+        free(ids);
+        free(logits);
+        return logits ? fail("%s: cannot write: %s", out_path, strerror(errno)) : fail("out of memory");
+    }
     int err = 0;
-    for (int pos = 0; pos < n && !err; pos++) {
-        float *logits = forward(t, ids[pos], pos);
-        if (fwrite(logits, sizeof(float), (size_t)c->vocab_size, f) != (size_t)c->vocab_size)
+    for (int pos = 0; pos < n && !err; pos += BATCH) {
+        int block = n - pos < BATCH ? n - pos : BATCH;
+        size_t values = (size_t)block * c->vocab_size;
+        forward_batch(t, ids + pos, block, pos, logits);
+        if (fwrite(logits, sizeof(float), values, f) != values)
             err = fail("%s: write failed: %s", out_path, strerror(errno));
     }
     if (fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    free(logits);
     free(ids);
     return err;
 }
@@ -1899,13 +2165,12 @@ static int kept_turns(Chat *chat, int first, int write) {
     return total;
 }
 
-// Feeds context[pos..n_context) and returns the last logits.
+// Feeds context[pos..n_context) in blocks and returns the last logits
+// (NULL when nothing was left to feed).
 static float *feed_context(Chat *chat) {
-    float *logits = NULL;
-    while (chat->pos < chat->n_context) {
-        logits = forward(chat->t, chat->context[chat->pos], chat->pos);
-        chat->pos++;
-    }
+    if (chat->pos >= chat->n_context) return NULL;
+    float *logits = forward_batch(chat->t, chat->context + chat->pos, chat->n_context - chat->pos, chat->pos, NULL);
+    chat->pos = chat->n_context;
     return logits;
 }
 
