@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,6 +125,7 @@ typedef struct {
     float *bhb2;        // (BATCH, hidden_dim)
     float *brope_cos;   // (BATCH, head_size/2)
     float *brope_sin;   // (BATCH, head_size/2)
+    float *bxt;         // matmat's scratch: a block's inputs, packed
 } RunState;
 
 typedef struct {
@@ -137,7 +139,9 @@ typedef struct {
     int is_gguf;
 } Transformer;
 
-// Positions per prefill block: forward_batch evaluates longer runs block by block.
+// Positions per prefill block: forward_batch evaluates longer runs block by
+// block. A multiple of every TILE_TOKENS, so BATCH * cols floats are enough
+// scratch for matmat.
 #define BATCH 64
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
@@ -725,9 +729,10 @@ static int alloc_run_state(RunState *s, const Config *c) {
     s->bhb2 = calloc((size_t)BATCH * c->hidden_dim, sizeof(float));
     s->brope_cos = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     s->brope_sin = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
+    s->bxt = calloc((size_t)BATCH * (c->hidden_dim > c->dim ? c->hidden_dim : c->dim), sizeof(float));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
         !s->rope_sin || !s->logits || !s->key_cache || !s->value_cache || !s->bx || !s->bxb || !s->bxb2 ||
-        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin)
+        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || !s->bxt)
         return -1;
     return 0;
 }
@@ -736,7 +741,7 @@ static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
     free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
     free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
-    free(s->brope_cos); free(s->brope_sin);
+    free(s->brope_cos); free(s->brope_sin); free(s->bxt);
     memset(s, 0, sizeof *s);
 }
 
@@ -845,9 +850,12 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
    the n % width tail itself; the result differs from the plain kernel only
    by the order of the additions. */
 
+#define FMA_CHAINS 12 // enough to cover FMA latency x FMA units on current cores
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define SIMD_NAME "AVX-512"
+#define SIMD_FLOATS 16 // lanes of one vector
 
 // The first n (< 16) lanes set.
 static __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1); }
@@ -869,9 +877,22 @@ static float dot_f32(const float *a, const float *b, int n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+// The benchmark's FMA ceiling: FMA_CHAINS independent chains of multiply-adds
+// in registers, iters steps each; returns a sum so nothing is optimized away.
+static float fma_chains(long iters, float seed) {
+    __m512 a[FMA_CHAINS], m = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], m, b);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += _mm512_reduce_add_ps(a[i]);
+    return sum;
+}
+
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define SIMD_NAME "AVX2"
+#define SIMD_FLOATS 8
 
 static float sum_m256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -895,9 +916,20 @@ static float dot_f32(const float *a, const float *b, int n) {
     return sum;
 }
 
+static float fma_chains(long iters, float seed) {
+    __m256 a[FMA_CHAINS], m = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], m, b);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += sum_m256(a[i]);
+    return sum;
+}
+
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #define SIMD_NAME "NEON"
+#define SIMD_FLOATS 4
 
 static float dot_f32(const float *a, const float *b, int n) {
     float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
@@ -914,8 +946,19 @@ static float dot_f32(const float *a, const float *b, int n) {
     return sum;
 }
 
+static float fma_chains(long iters, float seed) {
+    float32x4_t a[FMA_CHAINS], m = vdupq_n_f32(0.999f), b = vdupq_n_f32(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = vdupq_n_f32((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = vfmaq_f32(b, a[i], m);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += vaddvq_f32(a[i]);
+    return sum;
+}
+
 #else
 #define SIMD_NAME "plain C"
+#define SIMD_FLOATS 1
 
 // Four partial sums, which compilers can keep in vector registers.
 static float dot_f32(const float *a, const float *b, int n) {
@@ -929,6 +972,16 @@ static float dot_f32(const float *a, const float *b, int n) {
     }
     for (; j < n; j++) s0 += a[j] * b[j];
     return (s0 + s1) + (s2 + s3);
+}
+
+static float fma_chains(long iters, float seed) {
+    float a[FMA_CHAINS];
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = (float)i;
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = fmaf(a[i], 0.999f, seed);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += a[i];
+    return sum;
 }
 #endif
 
@@ -950,90 +1003,87 @@ static void matmul_f32(float *out, const float *x, const float *w, int rows, int
 
 /* Matrix-matrix products for prefill: n positions through one matrix, so
    that each weight is read from memory once per block of positions instead
-   of once per position. The work is cut into tiles of TILE_ROWS rows by
-   TILE_TOKENS positions whose partial sums stay in registers; a tile that
-   sticks out of the matrix or the block repeats its last row or position
-   and drops the extra sums. */
+   of once per position. The block x (n, cols) is first packed transposed,
+   TILE_TOKENS positions side by side for every column (zeros past n). A
+   tile then computes TILE_ROWS rows of w for TILE_TOKENS positions: for
+   each column it loads the positions' values as vectors, broadcasts each
+   row's weight and multiply-adds into sums that stay in registers, with no
+   horizontal additions at the end. */
 
 #if defined(__AVX512F__)
-#define TILE_ROWS 4
-#define TILE_TOKENS 6
+#define TILE_ROWS 12 // 24 sums + 2 position vectors + 1 weight: 27 of 32 registers
+#define TILE_TOKENS 32
 
-// sums[t][r] = dot(w[r], x[t]) over cols values.
-static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
-    __m512 acc[TILE_TOKENS][TILE_ROWS];
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm512_setzero_ps();
-    for (int j = 0; j < cols; j += 16) {
-        __mmask16 m = cols - j >= 16 ? (__mmask16)0xFFFF : tail_mask(cols - j);
-        __m512 wv[TILE_ROWS];
-        for (int r = 0; r < TILE_ROWS; r++) wv[r] = _mm512_maskz_loadu_ps(m, w[r] + j);
-        for (int t = 0; t < TILE_TOKENS; t++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, x[t] + j);
-            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm512_fmadd_ps(wv[r], xv, acc[t][r]);
+// sums (TILE_ROWS, TILE_TOKENS) = w (TILE_ROWS rows, cols apart) @ xt (cols, TILE_TOKENS)
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    __m512 acc[TILE_ROWS][2];
+    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        __m512 x0 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS);
+        __m512 x1 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS + 16);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            __m512 a = _mm512_set1_ps(w[(size_t)r * cols + k]);
+            acc[r][0] = _mm512_fmadd_ps(a, x0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, x1, acc[r][1]);
         }
     }
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) sums[t][r] = _mm512_reduce_add_ps(acc[t][r]);
+    for (int r = 0; r < TILE_ROWS; r++) {
+        _mm512_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
+        _mm512_storeu_ps(sums + r * TILE_TOKENS + 16, acc[r][1]);
+    }
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
-#define TILE_ROWS 3 // 12 sums + 3 rows + 1 position: the 16 registers
-#define TILE_TOKENS 4
+#define TILE_ROWS 6 // 12 sums + 2 position vectors + 1 weight: 15 of 16 registers
+#define TILE_TOKENS 16
 
-static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
-    __m256 acc[TILE_TOKENS][TILE_ROWS];
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 8 <= cols; j += 8) {
-        __m256 wv[TILE_ROWS];
-        for (int r = 0; r < TILE_ROWS; r++) wv[r] = _mm256_loadu_ps(w[r] + j);
-        for (int t = 0; t < TILE_TOKENS; t++) {
-            __m256 xv = _mm256_loadu_ps(x[t] + j);
-            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = _mm256_fmadd_ps(wv[r], xv, acc[t][r]);
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    __m256 acc[TILE_ROWS][2];
+    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        __m256 x0 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS);
+        __m256 x1 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS + 8);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            __m256 a = _mm256_broadcast_ss(w + (size_t)r * cols + k);
+            acc[r][0] = _mm256_fmadd_ps(a, x0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, x1, acc[r][1]);
         }
     }
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) {
-            float sum = sum_m256(acc[t][r]);
-            for (int k = j; k < cols; k++) sum += w[r][k] * x[t][k];
-            sums[t][r] = sum;
-        }
+    for (int r = 0; r < TILE_ROWS; r++) {
+        _mm256_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
+        _mm256_storeu_ps(sums + r * TILE_TOKENS + 8, acc[r][1]);
+    }
 }
 
 #elif defined(__aarch64__) && defined(__ARM_NEON)
-#define TILE_ROWS 4
-#define TILE_TOKENS 6
+#define TILE_ROWS 6 // 24 sums + 4 position vectors + 1 weight: 29 of 32 registers
+#define TILE_TOKENS 16
 
-static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
-    float32x4_t acc[TILE_TOKENS][TILE_ROWS];
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = vdupq_n_f32(0.0f);
-    int j = 0;
-    for (; j + 4 <= cols; j += 4) {
-        float32x4_t wv[TILE_ROWS];
-        for (int r = 0; r < TILE_ROWS; r++) wv[r] = vld1q_f32(w[r] + j);
-        for (int t = 0; t < TILE_TOKENS; t++) {
-            float32x4_t xv = vld1q_f32(x[t] + j);
-            for (int r = 0; r < TILE_ROWS; r++) acc[t][r] = vfmaq_f32(acc[t][r], wv[r], xv);
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    float32x4_t acc[TILE_ROWS][4];
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = vdupq_n_f32(0.0f);
+    for (int k = 0; k < cols; k++) {
+        float32x4_t xv[4];
+        for (int v = 0; v < 4; v++) xv[v] = vld1q_f32(xt + (size_t)k * TILE_TOKENS + 4 * v);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            float a = w[(size_t)r * cols + k];
+            for (int v = 0; v < 4; v++) acc[r][v] = vfmaq_n_f32(acc[r][v], xv[v], a);
         }
     }
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) {
-            float sum = vaddvq_f32(acc[t][r]);
-            for (int k = j; k < cols; k++) sum += w[r][k] * x[t][k];
-            sums[t][r] = sum;
-        }
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int v = 0; v < 4; v++) vst1q_f32(sums + r * TILE_TOKENS + 4 * v, acc[r][v]);
 }
 
 #else
 #define TILE_ROWS 4
-#define TILE_TOKENS 4
+#define TILE_TOKENS 8
 
-static void tile_f32(float sums[TILE_TOKENS][TILE_ROWS], const float *const *w, const float *const *x, int cols) {
-    for (int t = 0; t < TILE_TOKENS; t++)
-        for (int r = 0; r < TILE_ROWS; r++) sums[t][r] = dot_f32(w[r], x[t], cols);
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    for (int i = 0; i < TILE_ROWS * TILE_TOKENS; i++) sums[i] = 0.0f;
+    for (int k = 0; k < cols; k++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            for (int t = 0; t < TILE_TOKENS; t++) sums[r * TILE_TOKENS + t] += w[(size_t)r * cols + k] * xt[(size_t)k * TILE_TOKENS + t];
 }
 #endif
 
@@ -1043,40 +1093,57 @@ static void matmat_f32_plain(float *out, const float *x, int n, const float *w, 
     for (int t = 0; t < n; t++) matmul_f32_plain(out + (size_t)t * rows, x + (size_t)t * cols, w, rows, cols);
 }
 
-// Tiles for rows [r0, r1) against all n positions.
-static void matmat_rows(float *out, const float *x, int n, const float *w, int rows, int cols, int r0, int r1) {
-    const float *w_rows[TILE_ROWS], *x_rows[TILE_TOKENS];
-    float sums[TILE_TOKENS][TILE_ROWS];
+// xt (tiles, cols, TILE_TOKENS) = columns k0..k1 of x (n, cols), transposed
+// tile by tile, zeros past position n.
+static void pack_columns(float *xt, const float *x, int n, int cols, int k0, int k1) {
+    int n_tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        float *dst = xt + (size_t)tile * cols * TILE_TOKENS;
+        for (int k = k0; k < k1; k++)
+            for (int t = 0; t < TILE_TOKENS; t++) {
+                int token = tile * TILE_TOKENS + t;
+                dst[(size_t)k * TILE_TOKENS + t] = token < n ? x[(size_t)token * cols + k] : 0.0f;
+            }
+    }
+}
+
+// Rows r0..r0+TILE_ROWS of w against every position; only rows from
+// first_row on are stored (a last panel overlaps the one before it).
+static void matmat_panel(float *out, const float *xt, int n, const float *w, int rows, int cols, int r0, int first_row) {
+    float sums[TILE_ROWS * TILE_TOKENS];
     for (int t0 = 0; t0 < n; t0 += TILE_TOKENS) {
+        tile_f32(sums, w + (size_t)r0 * cols, xt + (size_t)t0 * cols, cols);
         int nt = n - t0 < TILE_TOKENS ? n - t0 : TILE_TOKENS;
-        for (int t = 0; t < TILE_TOKENS; t++) x_rows[t] = x + (size_t)(t0 + (t < nt ? t : nt - 1)) * cols;
-        for (int i = r0; i < r1; i += TILE_ROWS) {
-            int nr = r1 - i < TILE_ROWS ? r1 - i : TILE_ROWS;
-            for (int r = 0; r < TILE_ROWS; r++) w_rows[r] = w + (size_t)(i + (r < nr ? r : nr - 1)) * cols;
-            tile_f32(sums, w_rows, x_rows, cols);
-            for (int t = 0; t < nt; t++)
-                for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * rows + i + r] = sums[t][r];
+        for (int t = 0; t < nt; t++)
+            for (int r = first_row - r0; r < TILE_ROWS; r++)
+                out[(size_t)(t0 + t) * rows + r0 + r] = sums[r * TILE_TOKENS + t];
+    }
+}
+
+// The same product with the tile kernel: one parallel region packs x into
+// scratch (n rounded up to TILE_TOKENS, times cols floats) and then splits the row panels between
+// the threads, so each weight is read once per call. Matrices of fewer than
+// TILE_ROWS rows take the plain kernel.
+static void matmat_f32_fast(float *out, const float *x, int n, const float *w, int rows, int cols, float *scratch) {
+    if (rows < TILE_ROWS) { matmat_f32_plain(out, x, n, w, rows, cols); return; }
+    int n_panels = (rows + TILE_ROWS - 1) / TILE_ROWS, n_chunks = (cols + 63) / 64;
+    #pragma omp parallel
+    {
+        int i;
+        #pragma omp for schedule(static)
+        for (i = 0; i < n_chunks; i++)
+            pack_columns(scratch, x, n, cols, i * 64, (i + 1) * 64 < cols ? (i + 1) * 64 : cols);
+        #pragma omp for schedule(static)
+        for (i = 0; i < n_panels; i++) {
+            int r0 = i * TILE_ROWS;
+            matmat_panel(out, scratch, n, w, rows, cols, r0 + TILE_ROWS <= rows ? r0 : rows - TILE_ROWS, r0);
         }
     }
 }
 
-// The same product, cache-blocked: the threads split the rows into blocks
-// of about 256 KiB of weights, which stay in the core's L2 cache while every
-// position of the block passes over them; a tile's positions stay in L1.
-static void matmat_f32_fast(float *out, const float *x, int n, const float *w, int rows, int cols) {
-    int block_rows = (int)((256 * 1024) / ((size_t)cols * sizeof(float))) / TILE_ROWS * TILE_ROWS;
-    if (block_rows < TILE_ROWS) block_rows = TILE_ROWS;
-    int n_blocks = (rows + block_rows - 1) / block_rows, b;
-    #pragma omp parallel for private(b) schedule(static)
-    for (b = 0; b < n_blocks; b++) {
-        int r0 = b * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
-        matmat_rows(out, x, n, w, rows, cols, r0, r1);
-    }
-}
-
-static void matmat_f32(float *out, const float *x, int n, const float *w, int rows, int cols) {
+static void matmat_f32(float *out, const float *x, int n, const float *w, int rows, int cols, float *scratch) {
     if (use_plain_kernels) matmat_f32_plain(out, x, n, w, rows, cols);
-    else matmat_f32_fast(out, x, n, w, rows, cols);
+    else matmat_f32_fast(out, x, n, w, rows, cols, scratch);
 }
 
 // IEEE half precision to float, portably (denormals, infinities, NaN).
@@ -1172,9 +1239,10 @@ static void matmul(float *out, const float *x, const Matrix *m) {
     else matmul_typed(out, x, m);
 }
 
-// out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once
-static void matmat(float *out, const float *x, int n, const Matrix *m) {
-    if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols);
+// out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once; scratch holds
+// matmat_scratch_floats(n, m.cols).
+static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch) {
+    if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
     else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
 }
 
@@ -1313,9 +1381,9 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         // attention: q, k, v for the block; k and v go straight into the cache
         for (int i = 0; i < n; i++)
             rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_att, dim, c->norm_eps);
-        matmat(s->bq, s->bxb, n, &lw->wq);
-        matmat(k, s->bxb, n, &lw->wk);
-        matmat(v, s->bxb, n, &lw->wv);
+        matmat(s->bq, s->bxb, n, &lw->wq, s->bxt);
+        matmat(k, s->bxb, n, &lw->wk, s->bxt);
+        matmat(v, s->bxb, n, &lw->wv, s->bxt);
         for (int i = 0; i < n; i++) {
             const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
             rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
@@ -1327,16 +1395,16 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             for (int i = 0; i < n; i++)
                 attention_head(t, l, h, pos + i, s->bq + (size_t)i * q_dim + (size_t)h * hs,
                                s->att + (size_t)h * c->seq_len, s->bxb + (size_t)i * dim + (size_t)h * hs);
-        matmat(s->bxb2, s->bxb, n, &lw->wo);
+        matmat(s->bxb2, s->bxb, n, &lw->wo, s->bxt);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         for (int i = 0; i < n; i++)
             rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_ffn, dim, c->norm_eps);
-        matmat(s->bhb, s->bxb, n, &lw->w1);
-        matmat(s->bhb2, s->bxb, n, &lw->w3);
+        matmat(s->bhb, s->bxb, n, &lw->w1, s->bxt);
+        matmat(s->bhb2, s->bxb, n, &lw->w3, s->bxt);
         swiglu(s->bhb, s->bhb2, n * c->hidden_dim);
-        matmat(s->bxb2, s->bhb, n, &lw->w2);
+        matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
     }
 
@@ -1344,7 +1412,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     if (logits_out) {
         for (int i = 0; i < n; i++)
             rmsnorm(s->bx + (size_t)i * dim, s->bx + (size_t)i * dim, w->rms_final, dim, c->norm_eps);
-        matmat(logits_out, s->bx, n, &w->wcls);
+        matmat(logits_out, s->bx, n, &w->wcls, s->bxt);
     } else if (want_last) {
         rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
         matmul(s->logits, s->x, &w->wcls);
@@ -2099,6 +2167,165 @@ static int logits_mode(Transformer *t, const char *ids_path, const char *ids_tex
     return err;
 }
 
+/* Benchmark (-m bench): prompt processing and generation speed, and next to
+   them the machine's own ceilings measured with the same threads: read
+   bandwidth (summing a 1 GiB array) and fp32 FMA throughput (independent
+   multiply-add chains). The machine may be shared, so each of BENCH_RUNS
+   rounds measures both ceilings right before the model runs, and every
+   figure is a median over the rounds. Then the same runs with the plain
+   kernels (the "before"). */
+
+#define BENCH_RUNS 5
+#define BENCH_PROMPT 128 // prompt tokens, fed in blocks
+#define BENCH_GENERATE 128 // tokens generated one at a time after the prompt
+#define BENCH_ARRAY_BYTES ((size_t)1 << 30)
+
+static volatile float bench_sink; // results the compiler must not drop
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int bench_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// A 1 GiB array holding 0, 1, 2, ...; each thread touches the pages it will read.
+static uint64_t *bench_array(void) {
+    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
+    uint64_t *a = malloc(BENCH_ARRAY_BYTES);
+    if (!a) return NULL;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < n; i++) a[i] = i;
+    return a;
+}
+
+// Read bandwidth in GB/s: one pass summing the array (as 64-bit integers,
+// which vectorize), split across the threads; 0 if the sum is wrong.
+static double read_bandwidth(const uint64_t *a) {
+    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
+    uint64_t sum = 0;
+    double start = now_seconds();
+    #pragma omp parallel for private(i) schedule(static) reduction(+ : sum)
+    for (i = 0; i < n; i++) sum += a[i];
+    double seconds = now_seconds() - start;
+    return sum == (uint64_t)n * (n - 1) / 2 ? BENCH_ARRAY_BYTES / seconds / 1e9 : 0.0;
+}
+
+// fp32 FMA throughput in GFLOP/s: each thread runs FMA_CHAINS chains of
+// SIMD_FLOATS-wide multiply-adds (2 flops per lane).
+static double fma_peak(void) {
+    long iters = 10000000;
+    float sum = 0.0f;
+    double start = now_seconds();
+    #pragma omp parallel reduction(+ : sum)
+    sum += fma_chains(iters, 1e-3f);
+    double seconds = now_seconds() - start;
+    bench_sink += sum;
+    return 2.0 * FMA_CHAINS * SIMD_FLOATS * (double)iters * bench_threads() / seconds / 1e9;
+}
+
+// Bytes of the layers' matrices plus the classifier: what a generated token reads.
+static double weight_bytes(const Transformer *t) {
+    const Config *c = &t->config;
+    const LayerWeights *lw = &t->weights.layers[0];
+    const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+    double layer = 0.0;
+    for (int i = 0; i < 7; i++) layer += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
+    const Matrix *cls = &t->weights.wcls;
+    return c->n_layers * layer + (double)cls->rows * type_row_bytes(cls->type, cls->cols);
+}
+
+// Multiply-adds in one layer's matrices (per position).
+static double layer_macs(const Config *c) {
+    double q_dim = (double)c->n_heads * c->head_size;
+    return q_dim * c->dim * 2 + 2.0 * kv_dim(c) * c->dim + 3.0 * c->hidden_dim * c->dim;
+}
+
+typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
+
+// One run from position 0: the prompt as a batch, then greedy generation.
+static void bench_model(Transformer *t, const int *prompt, int n_prompt, int n_generate, BenchRound *r) {
+    double start = now_seconds();
+    float *logits = forward_batch(t, prompt, n_prompt, 0, NULL);
+    double prompt_done = now_seconds();
+    for (int i = 0; i < n_generate; i++) logits = forward(t, argmax(logits, t->config.vocab_size), n_prompt + i);
+    r->prompt_tps = n_prompt / (prompt_done - start);
+    r->generate_tps = n_generate / (now_seconds() - prompt_done);
+}
+
+// Medians over BENCH_RUNS rounds; the ceilings too when array is given.
+static BenchRound bench_rounds(Transformer *t, const int *prompt, int n_prompt, int n_generate, const uint64_t *array) {
+    double p[BENCH_RUNS], g[BENCH_RUNS], b[BENCH_RUNS], f[BENCH_RUNS];
+    for (int run = 0; run < BENCH_RUNS; run++) {
+        BenchRound r = {0, 0, 0, 0};
+        if (array) { r.bandwidth = read_bandwidth(array); r.peak = fma_peak(); }
+        bench_model(t, prompt, n_prompt, n_generate, &r);
+        p[run] = r.prompt_tps, g[run] = r.generate_tps, b[run] = r.bandwidth, f[run] = r.peak;
+    }
+    return (BenchRound){median(p, BENCH_RUNS), median(g, BENCH_RUNS), median(b, BENCH_RUNS), median(f, BENCH_RUNS)};
+}
+
+static int bench_mode(Transformer *t, const char *path) {
+    const Config *c = &t->config;
+    int n_prompt = c->seq_len / 2 < BENCH_PROMPT ? c->seq_len / 2 : BENCH_PROMPT;
+    int n_generate = c->seq_len - n_prompt < BENCH_GENERATE ? c->seq_len - n_prompt : BENCH_GENERATE;
+    if (n_prompt < 1 || n_generate < 1) return fail("%s: context of %d is too short to benchmark", path, c->seq_len);
+    int prompt[BENCH_PROMPT];
+    uint64_t state = 42;
+    for (int i = 0; i < n_prompt; i++) prompt[i] = i == 0 ? c->bos_id : (int)(random_u32(&state) % (uint32_t)c->vocab_size);
+
+    // what one generated token reads (the cache averaged over the generated
+    // positions); the work of the prompt: matrices, attention, one classifier row
+    double weights = weight_bytes(t);
+    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * sizeof(float);
+    double kv_read = kv_per_position * (n_prompt + 1 + (n_generate - 1) / 2.0);
+    double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
+    double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
+
+    BenchRound warm;
+    bench_model(t, prompt, n_prompt, n_generate, &warm); // pages the weights in
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage); // before the bandwidth array
+    double rss_mb = usage.ru_maxrss / 1024.0;
+    uint64_t *array = bench_array();
+    if (!array) return fail("out of memory for the bandwidth test");
+    BenchRound fast = bench_rounds(t, prompt, n_prompt, n_generate, array);
+    free(array);
+    use_plain_kernels = 1;
+    BenchRound plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
+    use_plain_kernels = 0;
+
+    double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
+    double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    printf("%s: %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
+           type_name((uint32_t)c->weight_type), (weights + kv_read) / 1e6, bench_threads(), SIMD_NAME, BENCH_RUNS);
+    printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
+    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak (plain kernels %.1f tok/s: %.1fx)\n",
+           n_prompt, fast.prompt_tps, prompt_gflops, 100 * prompt_gflops / fast.peak, plain.prompt_tps,
+           fast.prompt_tps / plain.prompt_tps);
+    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth (plain kernels %.1f tok/s: %.1fx)\n",
+           n_generate, fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain.generate_tps,
+           fast.generate_tps / plain.generate_tps);
+    printf("  peak RSS %.0f MB\n", rss_mb);
+    printf("| %s | %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %.1f | %.1f | %.1f | %.1f |\n", name,
+           type_name((uint32_t)c->weight_type), bench_threads(), fast.prompt_tps, 100 * prompt_gflops / fast.peak,
+           fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb, plain.prompt_tps, plain.generate_tps,
+           fast.bandwidth, fast.peak);
+    return 0;
+}
+
 /* Chat: Llama 2's format. The first turn in the context carries the system
    prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
    turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
@@ -2355,7 +2582,7 @@ static void usage(FILE *f) {
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
-        "  -m <mode>   generate | chat | tokenize | logits (default generate)\n"
+        "  -m <mode>   generate | chat | tokenize | logits | bench (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits mode)\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
@@ -2433,7 +2660,7 @@ static int parse_args(Options *o, int argc, char **argv) {
         else o->trace = v; // --trace
         if (err) return -1;
     }
-    const char *modes[] = {"generate", "chat", "tokenize", "logits"};
+    const char *modes[] = {"generate", "chat", "tokenize", "logits", "bench"};
     int known = 0;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o->mode, modes[i]);
     if (!known) return fail("-m: unknown mode '%s'", o->mode);
@@ -2483,6 +2710,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
             return fail("%s: -o would overwrite an input file", o->output);
         return logits_mode(t, o->prompt_file, text, o->output);
     }
+    if (!strcmp(o->mode, "bench")) return bench_mode(t, o->checkpoint);
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
