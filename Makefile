@@ -9,7 +9,7 @@ CFLAGS += -fopenmp
 endif
 LDLIBS = -lm
 
-.PHONY: all portable test demo clean
+.PHONY: all portable test demo clean bench bench-large
 
 all: run tokenizer.bin
 
@@ -31,6 +31,27 @@ demo: run
 
 test: run test_all
 	./test_all $(SHARED)
+
+# Benchmarks (BENCHMARKS.md): random-weight models of public shapes, made
+# by mkmodel into build/models/, each with 1 and 2 threads.
+BENCH_MODELS = s15m s42m s110m
+BENCH_THREADS = 1 2
+
+build/mkmodel: $(SHARED)/tools/mkmodel.c
+	mkdir -p build
+	cc -O2 -o $@ $(SHARED)/tools/mkmodel.c
+
+build/models/%.bin: | build/mkmodel
+	mkdir -p build/models
+	build/mkmodel $@ $*
+
+bench: run $(BENCH_MODELS:%=build/models/%.bin)
+	@for m in $(BENCH_MODELS); do for n in $(BENCH_THREADS); do \
+		OMP_NUM_THREADS=$$n ./run build/models/$$m.bin -m bench || exit 1; done; done
+
+# TinyLlama-1.1B's shape: a 4.4 GB file.
+bench-large: run build/models/tl1b.bin
+	@for n in $(BENCH_THREADS); do OMP_NUM_THREADS=$$n ./run build/models/tl1b.bin -m bench || exit 1; done
 
 clean:
 	rm -rf run test_all build tokenizer.bin

@@ -1352,9 +1352,23 @@ float *forward(Transformer *t, int token, int pos) {
    the cache, which already holds the block's earlier positions. Same
    arithmetic as forward, up to the order of additions. */
 
-// dim-wide rows: x[t] += y[t] for n rows.
+// x += y over n values.
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+// rmsnorm of each of n rows of dim values, the rows split across the threads.
+static void rmsnorm_rows(float *out, const float *x, const float *weight, int n, int dim, float eps) {
+    int i;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, weight, dim, eps);
+}
+
+// The SwiGLU gate on each of n rows of hidden_dim values, likewise.
+static void swiglu_rows(float *hb, const float *hb2, int n, int hidden_dim) {
+    int i;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < n; i++) swiglu(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
 }
 
 // One block of n <= BATCH positions. logits_out: NULL, or (n, vocab_size)
@@ -1379,39 +1393,38 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         float *v = s->value_cache + cache_at; // (n, kv_dim)
 
         // attention: q, k, v for the block; k and v go straight into the cache
-        for (int i = 0; i < n; i++)
-            rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_att, dim, c->norm_eps);
+        rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
         matmat(s->bq, s->bxb, n, &lw->wq, s->bxt);
         matmat(k, s->bxb, n, &lw->wk, s->bxt);
         matmat(v, s->bxb, n, &lw->wv, s->bxt);
-        for (int i = 0; i < n; i++) {
+        int i;
+        #pragma omp parallel for private(i) schedule(static)
+        for (i = 0; i < n; i++) {
             const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
             rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
             rope(k + (size_t)i * kvd, c->n_kv_heads, hs, cos_t, sin_t);
         }
         int h;
-        #pragma omp parallel for private(h) schedule(static)
+        #pragma omp parallel for private(h, i) schedule(static)
         for (h = 0; h < c->n_heads; h++)
-            for (int i = 0; i < n; i++)
+            for (i = 0; i < n; i++)
                 attention_head(t, l, h, pos + i, s->bq + (size_t)i * q_dim + (size_t)h * hs,
                                s->att + (size_t)h * c->seq_len, s->bxb + (size_t)i * dim + (size_t)h * hs);
         matmat(s->bxb2, s->bxb, n, &lw->wo, s->bxt);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
-        for (int i = 0; i < n; i++)
-            rmsnorm(s->bxb + (size_t)i * dim, s->bx + (size_t)i * dim, lw->rms_ffn, dim, c->norm_eps);
+        rmsnorm_rows(s->bxb, s->bx, lw->rms_ffn, n, dim, c->norm_eps);
         matmat(s->bhb, s->bxb, n, &lw->w1, s->bxt);
         matmat(s->bhb2, s->bxb, n, &lw->w3, s->bxt);
-        swiglu(s->bhb, s->bhb2, n * c->hidden_dim);
+        swiglu_rows(s->bhb, s->bhb2, n, c->hidden_dim);
         matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
     }
 
     // the classifier only where logits are wanted
     if (logits_out) {
-        for (int i = 0; i < n; i++)
-            rmsnorm(s->bx + (size_t)i * dim, s->bx + (size_t)i * dim, w->rms_final, dim, c->norm_eps);
+        rmsnorm_rows(s->bx, s->bx, w->rms_final, n, dim, c->norm_eps);
         matmat(logits_out, s->bx, n, &w->wcls, s->bxt);
     } else if (want_last) {
         rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
