@@ -2,8 +2,9 @@
 
    It memory-maps a checkpoint (llama2.c "version 0", or this project's own
    versioned format), encodes text with a SentencePiece-exact BPE tokenizer,
-   runs the transformer forward pass one position at a time over a key/value
-   cache, and samples the next token.
+   runs the transformer forward pass over a key/value cache (prompts in
+   blocks of positions, generation one position at a time), and samples the
+   next token.
 
    Reading order: structs and loading; math kernels; forward; tokenizer;
    sampler; output; modes; command line and main.
@@ -114,8 +115,12 @@ typedef struct {
     float *rope_cos;    // (head_size/2) rotation of the current position
     float *rope_sin;    // (head_size/2)
     float *logits;      // (vocab_size)
-    float *key_cache;   // (n_layers, seq_len, kv_dim)
+    float *key_cache;   // (n_layers, seq_len, kv_dim), or NULL with an fp16 cache:
     float *value_cache; // (n_layers, seq_len, kv_dim)
+    uint16_t *key_cache_f16;   // (n_layers, seq_len, kv_dim) with --kv f16, else NULL
+    uint16_t *value_cache_f16; // (n_layers, seq_len, kv_dim)
+    float *k;           // (kv_dim) with the fp16 cache: the key before it is stored
+    float *v;           // (kv_dim) and the value
     // prefill: the same for a block of up to BATCH positions, one row each
     float *bx;          // (BATCH, dim)
     float *bxb;         // (BATCH, dim)
@@ -125,6 +130,8 @@ typedef struct {
     float *bhb2;        // (BATCH, hidden_dim)
     float *brope_cos;   // (BATCH, head_size/2)
     float *brope_sin;   // (BATCH, head_size/2)
+    float *bk;          // (BATCH, kv_dim) with the fp16 cache: keys before they are stored
+    float *bv;          // (BATCH, kv_dim) and values
     float *bxt;         // matmat's scratch: a block's inputs, packed
 } RunState;
 
@@ -707,7 +714,8 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
     return 0;
 }
 
-static int alloc_run_state(RunState *s, const Config *c) {
+// kv_type: TYPE_F32 or TYPE_F16, the KV cache's.
+static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c);
     s->x = calloc((size_t)c->dim, sizeof(float));
     s->xb = calloc((size_t)c->dim, sizeof(float));
@@ -719,8 +727,15 @@ static int alloc_run_state(RunState *s, const Config *c) {
     s->rope_cos = calloc((size_t)c->head_size / 2, sizeof(float));
     s->rope_sin = calloc((size_t)c->head_size / 2, sizeof(float));
     s->logits = calloc((size_t)c->vocab_size, sizeof(float));
-    s->key_cache = calloc(kv, sizeof(float));
-    s->value_cache = calloc(kv, sizeof(float));
+    int f16 = kv_type == TYPE_F16;
+    s->key_cache = f16 ? NULL : calloc(kv, sizeof(float));
+    s->value_cache = f16 ? NULL : calloc(kv, sizeof(float));
+    s->key_cache_f16 = f16 ? calloc(kv, sizeof(uint16_t)) : NULL;
+    s->value_cache_f16 = f16 ? calloc(kv, sizeof(uint16_t)) : NULL;
+    s->k = calloc((size_t)kv_dim(c), sizeof(float));
+    s->v = calloc((size_t)kv_dim(c), sizeof(float));
+    s->bk = calloc((size_t)BATCH * kv_dim(c), sizeof(float));
+    s->bv = calloc((size_t)BATCH * kv_dim(c), sizeof(float));
     s->bx = calloc((size_t)BATCH * c->dim, sizeof(float));
     s->bxb = calloc((size_t)BATCH * c->dim, sizeof(float));
     s->bxb2 = calloc((size_t)BATCH * c->dim, sizeof(float));
@@ -731,7 +746,8 @@ static int alloc_run_state(RunState *s, const Config *c) {
     s->brope_sin = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     s->bxt = calloc((size_t)BATCH * (c->hidden_dim > c->dim ? c->hidden_dim : c->dim), sizeof(float));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
-        !s->rope_sin || !s->logits || !s->key_cache || !s->value_cache || !s->bx || !s->bxb || !s->bxb2 ||
+        !s->rope_sin || !s->logits || !(f16 ? s->key_cache_f16 && s->value_cache_f16 : s->key_cache && s->value_cache) ||
+        !s->k || !s->v || !s->bk || !s->bv || !s->bx || !s->bxb || !s->bxb2 ||
         !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || !s->bxt)
         return -1;
     return 0;
@@ -742,6 +758,7 @@ static void free_run_state(RunState *s) {
     free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
     free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
     free(s->brope_cos); free(s->brope_sin); free(s->bxt);
+    free(s->key_cache_f16); free(s->value_cache_f16); free(s->k); free(s->v); free(s->bk); free(s->bv);
     memset(s, 0, sizeof *s);
 }
 
@@ -797,17 +814,22 @@ static int load_weights(Transformer *t, const char *path) {
 
 // Loads a checkpoint and allocates the run state for a context of
 // max_context positions (0, or more than the model's: the model's own).
-int transformer_open_context(Transformer *t, const char *path, int max_context) {
+// kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
+int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
     memset(t, 0, sizeof *t);
     if (load_weights(t, path) != 0) { transformer_close(t); return -1; }
     Config *c = &t->config;
     if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
-    if (alloc_run_state(&t->state, c) != 0) {
+    if (alloc_run_state(&t->state, c, kv_type) != 0) {
         fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, c->seq_len);
         transformer_close(t);
         return -1;
     }
     return 0;
+}
+
+int transformer_open_context(Transformer *t, const char *path, int max_context) {
+    return transformer_open_kv(t, path, max_context, TYPE_F32);
 }
 
 int transformer_open(Transformer *t, const char *path) { return transformer_open_context(t, path, 0); }
@@ -852,8 +874,19 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
 
 #define FMA_CHAINS 12 // enough to cover FMA latency x FMA units on current cores
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+// The sum of the 8 lanes.
+static float sum_m256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+#if defined(__AVX512F__)
 #define SIMD_NAME "AVX-512"
 #define SIMD_FLOATS 16 // lanes of one vector
 
@@ -890,16 +923,8 @@ static float fma_chains(long iters, float seed) {
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
 #define SIMD_NAME "AVX2"
 #define SIMD_FLOATS 8
-
-static float sum_m256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static float dot_f32(const float *a, const float *b, int n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
@@ -1171,6 +1196,78 @@ static float bf16_to_f32(uint16_t h) {
 
 static uint16_t read_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
+/* The fp16 KV cache (--kv f16): keys and values are rounded to IEEE half
+   precision when stored and widened when attention reads them, halving the
+   cache's memory and traffic. F16C instructions where the compiler may use
+   them, else the portable conversions; both round to nearest even. */
+
+// Float to IEEE half, rounding to nearest even (overflow to infinity).
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)(x >> 16 & 0x8000);
+    uint32_t magnitude = x & 0x7FFFFFFFu;
+    if (magnitude > 0x7F800000u) return sign | 0x7E00;     // NaN
+    if (magnitude >= 0x477FF000u) return sign | 0x7C00;    // 65520 and up round to infinity
+    if (magnitude < 0x38800000u) {                         // below 2^-14: a denormal half
+        float a;
+        memcpy(&a, &magnitude, sizeof a);
+        return sign | (uint16_t)lrintf(a * 16777216.0f);   // units of 2^-24
+    }
+    uint32_t half = ((magnitude >> 23) - 112) << 10 | (magnitude >> 13 & 0x3FF), rest = magnitude & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) half++; // a carry moves into the exponent
+    return sign | (uint16_t)half;
+}
+
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j + 8))), s1);
+    }
+    for (; j + 8 <= n; j += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
+    float sum = sum_m256(_mm256_add_ps(s0, s1));
+    for (; j < n; j++) sum += a[j] * f16_to_f32(b[j]);
+    return sum;
+}
+
+// out += a * v
+static void axpy_f16(float *out, float a, const uint16_t *v, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + j)));
+        _mm256_storeu_ps(out + j, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(out + j)));
+    }
+    for (; j < n; j++) out[j] += a * f16_to_f32(v[j]);
+}
+
+static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; j++) out[j] = f32_to_f16(x[j]);
+}
+
+#else
+static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += a[j] * f16_to_f32(b[j]);
+    return sum;
+}
+
+static void axpy_f16(float *out, float a, const uint16_t *v, int n) {
+    for (int j = 0; j < n; j++) out[j] += a * f16_to_f32(v[j]);
+}
+
+static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) out[j] = f32_to_f16(x[j]);
+}
+#endif
+
 // Row i of a matrix as floats, for any weight type: the reference for every
 // kernel below, and the embedding lookup. A quantized value is its block's
 // scale times its integer: Q8_0 stores int8; Q4_0 stores 4-bit q - 8, the
@@ -1290,16 +1387,24 @@ static void attention_head(const Transformer *t, int layer, int h, int pos, cons
     int kv_head = h / (c->n_heads / c->n_kv_heads);
     size_t layer_offset = (size_t)layer * c->seq_len * kvd;
     float scale = 1.0f / sqrtf((float)hs);
-    for (int p = 0; p <= pos; p++) {
-        const float *k = s->key_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
-        att[p] = dot_f32(q, k, hs) * scale;
-    }
+    size_t at = layer_offset + (size_t)kv_head * hs; // position 0's key or value of this head
+    for (int p = 0; p <= pos; p++, at += kvd)
+        att[p] = (s->key_cache ? dot_f32(q, s->key_cache + at, hs) : dot_f32_f16(q, s->key_cache_f16 + at, hs)) * scale;
     softmax(att, pos + 1);
     memset(out, 0, (size_t)hs * sizeof(float));
-    for (int p = 0; p <= pos; p++) {
-        const float *v = s->value_cache + layer_offset + (size_t)p * kvd + (size_t)kv_head * hs;
+    at = layer_offset + (size_t)kv_head * hs;
+    for (int p = 0; p <= pos; p++, at += kvd) {
+        if (!s->value_cache) { axpy_f16(out, att[p], s->value_cache_f16 + at, hs); continue; }
+        const float *v = s->value_cache + at;
         for (int i = 0; i < hs; i++) out[i] += att[p] * v[i];
     }
+}
+
+// Stores n positions' keys and values (n, kv_dim) that were computed
+// outside an fp16 cache at offset cache_at.
+static void store_kv_f16(RunState *s, size_t cache_at, const float *k, const float *v, size_t n_values) {
+    f32_to_f16_row(s->key_cache_f16 + cache_at, k, n_values);
+    f32_to_f16_row(s->value_cache_f16 + cache_at, v, n_values);
 }
 
 float *forward(Transformer *t, int token, int pos) {
@@ -1316,16 +1421,17 @@ float *forward(Transformer *t, int token, int pos) {
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
         size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
-        float *k = s->key_cache + cache_at;
-        float *v = s->value_cache + cache_at;
+        float *k = s->key_cache ? s->key_cache + cache_at : s->k;
+        float *v = s->value_cache ? s->value_cache + cache_at : s->v;
 
-        // attention: q, k, v for this position; k and v go straight into the cache
+        // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
         matmul(s->q, s->xb, &lw->wq);
         matmul(k, s->xb, &lw->wk);
         matmul(v, s->xb, &lw->wv);
         rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
         rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
+        if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
         int h;
         #pragma omp parallel for private(h)
         for (h = 0; h < c->n_heads; h++)
@@ -1389,10 +1495,10 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
         size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
-        float *k = s->key_cache + cache_at;   // (n, kv_dim): the block's rows of the cache
-        float *v = s->value_cache + cache_at; // (n, kv_dim)
+        float *k = s->key_cache ? s->key_cache + cache_at : s->bk;     // (n, kv_dim): the block's
+        float *v = s->value_cache ? s->value_cache + cache_at : s->bv; // rows of an fp32 cache
 
-        // attention: q, k, v for the block; k and v go straight into the cache
+        // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
         matmat(s->bq, s->bxb, n, &lw->wq, s->bxt);
         matmat(k, s->bxb, n, &lw->wk, s->bxt);
@@ -1404,6 +1510,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
             rope(k + (size_t)i * kvd, c->n_kv_heads, hs, cos_t, sin_t);
         }
+        if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)n * kvd);
         int h;
         #pragma omp parallel for private(h, i) schedule(static)
         for (h = 0; h < c->n_heads; h++)
@@ -2301,7 +2408,7 @@ static int bench_mode(Transformer *t, const char *path) {
     // what one generated token reads (the cache averaged over the generated
     // positions); the work of the prompt: matrices, attention, one classifier row
     double weights = weight_bytes(t);
-    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * sizeof(float);
+    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * (t->state.key_cache ? sizeof(float) : sizeof(uint16_t));
     double kv_read = kv_per_position * (n_prompt + 1 + (n_generate - 1) / 2.0);
     double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
     double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
@@ -2322,8 +2429,8 @@ static int bench_mode(Transformer *t, const char *path) {
     double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
     double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    printf("%s: %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
-           type_name((uint32_t)c->weight_type), (weights + kv_read) / 1e6, bench_threads(), SIMD_NAME, BENCH_RUNS);
+    printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
+           type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6, bench_threads(), SIMD_NAME, BENCH_RUNS);
     printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
     printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak (plain kernels %.1f tok/s: %.1fx)\n",
            n_prompt, fast.prompt_tps, prompt_gflops, 100 * prompt_gflops / fast.peak, plain.prompt_tps,
@@ -2572,6 +2679,7 @@ typedef struct {
     const char *mode;          // -m
     const char *output;        // -o
     const char *trace;         // --trace
+    int kv_type;               // --kv: TYPE_F32 or TYPE_F16
     int steps;                 // -n
     int context;               // -c
     uint64_t seed;             // -s
@@ -2599,6 +2707,7 @@ static void usage(FILE *f) {
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits mode)\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
+        "  --kv <type>     KV cache: f32 (exact, default) or f16 (half the memory)\n"
         "  -h          this help\n");
 }
 
@@ -2646,7 +2755,7 @@ static int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
+                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -2670,6 +2779,10 @@ static int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(flag, "-m")) o->mode = v;
         else if (!strcmp(flag, "-y")) o->system_prompt = v;
         else if (!strcmp(flag, "-o")) o->output = v;
+        else if (!strcmp(flag, "--kv")) {
+            if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("--kv: '%s' is not f32 or f16", v);
+            o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
+        }
         else o->trace = v; // --trace
         if (err) return -1;
     }
@@ -2770,7 +2883,7 @@ int main(int argc, char **argv) {
     }
     Transformer t;
     Tokenizer tk = {0};
-    int err = transformer_open_context(&t, o.checkpoint, o.context);
+    int err = transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
         transformer_close(&t);
