@@ -2446,6 +2446,142 @@ static int bench_mode(Transformer *t, const char *path) {
     return 0;
 }
 
+/* Quantize (-m quantize -o OUT --dtype q8_0|q4_0): rewrites any checkpoint
+   we read in our format (version 1, README) with Q8_0 or Q4_0 matrices in
+   GGUF's block layouts; norms stay F32. A row whose length is not a
+   multiple of 32 ends in a block padded with zeros. */
+
+// Q8_0: scale d = max|x| / 127 (as fp16), q = round(x / d).
+static void quantize_block_q8_0(unsigned char *block, const float *x, int len) {
+    float amax = 0.0f;
+    for (int k = 0; k < len; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    uint16_t h = f32_to_f16(d);
+    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
+    for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)(k < len ? roundf(x[k] * id) : 0.0f);
+}
+
+// Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8 in 0..15;
+// the low nibbles hold values 0..15, the high ones 16..31.
+static void quantize_block_q4_0(unsigned char *block, const float *x, int len) {
+    float max = 0.0f;
+    for (int k = 0; k < len; k++) max = fabsf(x[k]) > fabsf(max) ? x[k] : max;
+    float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t h = f32_to_f16(d);
+    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
+    for (int k = 0; k < QK / 2; k++) {
+        float lo = k < len ? x[k] * id : 0.0f, hi = k + QK / 2 < len ? x[k + QK / 2] * id : 0.0f;
+        int q_lo = (int)(lo + 8.5f), q_hi = (int)(hi + 8.5f);
+        q_lo = q_lo > 15 ? 15 : q_lo, q_hi = q_hi > 15 ? 15 : q_hi;
+        block[2 + k] = (unsigned char)(q_lo | q_hi << 4);
+    }
+}
+
+// A row of n floats as type_row_bytes(type, n) bytes of blocks.
+static void quantize_row(unsigned char *out, const float *x, int n, int type) {
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    for (int b = 0; b * QK < n; b++) {
+        int len = n - b * QK < QK ? n - b * QK : QK;
+        if (type == TYPE_Q8_0) quantize_block_q8_0(out + b * block_bytes, x + b * QK, len);
+        else quantize_block_q4_0(out + b * block_bytes, x + b * QK, len);
+    }
+}
+
+// A file being written, with its offset for the 64-byte alignment.
+typedef struct {
+    FILE *f;
+    uint64_t offset;
+    int err;
+} Writer;
+
+static void write_bytes(Writer *w, const void *p, size_t n) {
+    if (!w->err && fwrite(p, 1, n, w->f) != n) w->err = 1;
+    w->offset += n;
+}
+
+// Zero bytes up to the next tensor boundary.
+static void write_align(Writer *w) {
+    static const unsigned char zeros[RUNC_ALIGN];
+    write_bytes(w, zeros, (size_t)((RUNC_ALIGN - w->offset % RUNC_ALIGN) % RUNC_ALIGN));
+}
+
+// Every row of m, quantized to type; row and bytes are scratch of m.cols
+// floats and type_row_bytes(type, m.cols) bytes.
+static void write_matrix(Writer *w, const Matrix *m, int type, float *row, unsigned char *bytes) {
+    for (int i = 0; i < m->rows; i++) {
+        matrix_row(row, m, i);
+        quantize_row(bytes, row, m->cols, type);
+        write_bytes(w, bytes, type_row_bytes(type, m->cols));
+    }
+}
+
+static void put_i32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)u, p[1] = (unsigned char)(u >> 8), p[2] = (unsigned char)(u >> 16), p[3] = (unsigned char)(u >> 24);
+}
+
+static void put_f32(unsigned char *p, float f) {
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    put_i32(p, i);
+}
+
+static void write_header(Writer *w, const Config *c, int type) {
+    unsigned char h[RUNC_HEADER_SIZE] = {0};
+    int32_t fields[] = {(int32_t)RUNC_MAGIC, RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+                        c->n_kv_heads, c->vocab_size, c->seq_len, c->head_size};
+    for (int i = 0; i < 10; i++) put_i32(h + 4 * i, fields[i]);
+    put_f32(h + 40, c->rope_theta);
+    put_f32(h + 44, c->norm_eps);
+    put_i32(h + 48, c->shared_classifier);
+    put_i32(h + 52, c->bos_id);
+    put_i32(h + 56, c->eos_id);
+    put_i32(h + 60, type);
+    write_bytes(w, h, sizeof h);
+}
+
+// The tensors in walk_runc's order; the header's seq_len is the loaded one
+// (so -c caps it too).
+static int quantize_mode(Transformer *t, const char *out_path, int type) {
+    const Config *c = &t->config;
+    const TransformerWeights *tw = &t->weights;
+    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    float *row = malloc((size_t)widest * sizeof(float));
+    unsigned char *bytes = malloc(type_row_bytes(type, widest));
+    FILE *f = row && bytes ? fopen(out_path, "wb") : NULL;
+    if (!f) {
+        int err = row && bytes ? fail("%s: cannot write: %s", out_path, strerror(errno)) : fail("out of memory");
+        free(row);
+        free(bytes);
+        return err;
+    }
+    Writer w = {f, 0, 0};
+    write_header(&w, c, type);
+    for (int l = 0; l < c->n_layers; l++) write_bytes(&w, tw->layers[l].rms_att, (size_t)c->dim * sizeof(float));
+    write_align(&w);
+    for (int l = 0; l < c->n_layers; l++) write_bytes(&w, tw->layers[l].rms_ffn, (size_t)c->dim * sizeof(float));
+    write_align(&w);
+    write_bytes(&w, tw->rms_final, (size_t)c->dim * sizeof(float));
+    write_align(&w);
+    write_matrix(&w, &tw->token_embedding, type, row, bytes);
+    for (int m = 0; m < 7; m++) { // wq, wk, wv, wo, w1, w2, w3, each stacked over the layers
+        write_align(&w);
+        for (int l = 0; l < c->n_layers; l++) {
+            const LayerWeights *lw = &tw->layers[l];
+            const Matrix *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+            write_matrix(&w, mats[m], type, row, bytes);
+        }
+    }
+    if (!c->shared_classifier) {
+        write_align(&w);
+        write_matrix(&w, &tw->wcls, type, row, bytes);
+    }
+    free(row);
+    free(bytes);
+    if (fclose(f) != 0 || w.err) return fail("%s: write failed", out_path);
+    return 0;
+}
+
 /* Chat: Llama 2's format. The first turn in the context carries the system
    prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
    turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
@@ -2680,6 +2816,7 @@ typedef struct {
     const char *output;        // -o
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
+    int dtype;                 // --dtype (quantize mode): TYPE_Q8_0, TYPE_Q4_0, or -1
     int steps;                 // -n
     int context;               // -c
     uint64_t seed;             // -s
@@ -2703,11 +2840,12 @@ static void usage(FILE *f) {
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
-        "  -m <mode>   generate | chat | tokenize | logits | bench (default generate)\n"
+        "  -m <mode>   generate | chat | tokenize | logits | bench | quantize (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits mode)\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
         "  --kv <type>     KV cache: f32 (exact, default) or f16 (half the memory)\n"
+        "  --dtype <type>  quantize mode: q8_0 or q4_0 matrices\n"
         "  -h          this help\n");
 }
 
@@ -2745,6 +2883,7 @@ static int parse_seed(const char *s, uint64_t *out) {
 // 0 ok; -1 with error_message naming the flag.
 static int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){0};
+    o->dtype = -1;
     o->mode = "generate";
     o->steps = 256;
     o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
@@ -2755,7 +2894,7 @@ static int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv"};
+                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv", "--dtype"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -2783,16 +2922,22 @@ static int parse_args(Options *o, int argc, char **argv) {
             if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("--kv: '%s' is not f32 or f16", v);
             o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
         }
+        else if (!strcmp(flag, "--dtype")) {
+            if (strcmp(v, "q8_0") && strcmp(v, "q4_0")) return fail("--dtype: '%s' is not q8_0 or q4_0", v);
+            o->dtype = !strcmp(v, "q8_0") ? TYPE_Q8_0 : TYPE_Q4_0;
+        }
         else o->trace = v; // --trace
         if (err) return -1;
     }
-    const char *modes[] = {"generate", "chat", "tokenize", "logits", "bench"};
+    const char *modes[] = {"generate", "chat", "tokenize", "logits", "bench", "quantize"};
     int known = 0;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o->mode, modes[i]);
     if (!known) return fail("-m: unknown mode '%s'", o->mode);
     if (o->prompt && o->prompt_file) return fail("-i and -f: give the prompt one way, not both");
     if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
+    if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
+        return fail("-m quantize needs -o OUT_FILE and --dtype q8_0|q4_0");
     return 0;
 }
 
@@ -2837,6 +2982,10 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
         return logits_mode(t, o->prompt_file, text, o->output);
     }
     if (!strcmp(o->mode, "bench")) return bench_mode(t, o->checkpoint);
+    if (!strcmp(o->mode, "quantize")) {
+        if (same_file(o->output, o->checkpoint)) return fail("%s: -o would overwrite the checkpoint", o->output);
+        return quantize_mode(t, o->output, o->dtype);
+    }
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
