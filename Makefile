@@ -33,7 +33,8 @@ test: run test_all
 	./test_all $(SHARED)
 
 # Benchmarks (BENCHMARKS.md): random-weight models of public shapes, made
-# by mkmodel into build/models/, each with 1 and 2 threads.
+# by mkmodel into build/models/ and quantized by ./run, each with 1 and 2
+# threads.
 BENCH_MODELS = s15m s42m s110m
 BENCH_THREADS = 1 2
 
@@ -45,9 +46,17 @@ build/models/%.bin: | build/mkmodel
 	mkdir -p build/models
 	build/mkmodel $@ $*
 
-bench: run $(BENCH_MODELS:%=build/models/%.bin)
-	@for m in $(BENCH_MODELS); do for n in $(BENCH_THREADS); do \
-		OMP_NUM_THREADS=$$n ./run build/models/$$m.bin -m bench || exit 1; done; done
+BENCH_FILES = $(foreach m,$(BENCH_MODELS),build/models/$(m).bin build/models/$(m).q8_0.bin build/models/$(m).q4_0.bin)
+
+build/models/%.q8_0.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q8_0
+
+build/models/%.q4_0.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q4_0
+
+bench: run $(BENCH_FILES)
+	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
+		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
 # TinyLlama-1.1B's shape: a 4.4 GB file.
 bench-large: run build/models/tl1b.bin

@@ -1319,7 +1319,151 @@ static float dot_quantized(const unsigned char *row, const float *x, int n, int 
     return sum;
 }
 
+/* Quantized products with integer arithmetic, as llama.cpp computes them:
+   x is first quantized to Q8_0 blocks itself, then each block's dot product
+   is a sum of int8 products, scaled by the two blocks' scales. The float
+   kernels above (dot_quantized) stay as the plain reference. */
+
+// Q8_0: scale d = max|x| / 127 (as fp16), q = round(x / d); len <= 32
+// values, the rest of the block zeros.
+static void quantize_block_q8_0(unsigned char *block, const float *x, int len) {
+    float amax = 0.0f;
+    for (int k = 0; k < len; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+    float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    uint16_t h = f32_to_f16(d);
+    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
+    for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)(k < len ? roundf(x[k] * id) : 0.0f);
+}
+
+// Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8 in 0..15;
+// the low nibbles hold values 0..15, the high ones 16..31.
+static void quantize_block_q4_0(unsigned char *block, const float *x, int len) {
+    float max = 0.0f;
+    for (int k = 0; k < len; k++) max = fabsf(x[k]) > fabsf(max) ? x[k] : max;
+    float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint16_t h = f32_to_f16(d);
+    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
+    for (int k = 0; k < QK / 2; k++) {
+        float lo = k < len ? x[k] * id : 0.0f, hi = k + QK / 2 < len ? x[k + QK / 2] * id : 0.0f;
+        int q_lo = (int)(lo + 8.5f), q_hi = (int)(hi + 8.5f);
+        q_lo = q_lo > 15 ? 15 : q_lo, q_hi = q_hi > 15 ? 15 : q_hi;
+        block[2 + k] = (unsigned char)(q_lo | q_hi << 4);
+    }
+}
+
+// A row of n floats as type_row_bytes(type, n) bytes of blocks.
+static void quantize_row(unsigned char *out, const float *x, int n, int type) {
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    for (int b = 0; b * QK < n; b++) {
+        int len = n - b * QK < QK ? n - b * QK : QK;
+        if (type == TYPE_Q8_0) quantize_block_q8_0(out + b * block_bytes, x + b * QK, len);
+        else quantize_block_q4_0(out + b * block_bytes, x + b * QK, len);
+    }
+}
+
+#if defined(__F16C__)
+static float block_scale(const unsigned char *block) { return _cvtsh_ss(read_u16(block)); }
+#else
+static float block_scale(const unsigned char *block) { return f16_to_f32(read_u16(block)); }
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The 32 products of signed bytes w and x, summed in groups of four into
+// 8 int32 lanes: |w| times x with w's sign, the unsigned-by-signed form
+// that VNNI (or maddubs) multiplies. Values are within -127..127.
+static __m256i dot_bytes(__m256i w, __m256i x) {
+    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+#endif
+}
+
+// acc + one weight block (Q8_0 or Q4_0) times one Q8_0 block of x, in 8 lanes.
+static __m256 block_dot(const unsigned char *wb, const unsigned char *xb, int type, __m256 acc) {
+    __m256i w;
+    if (type == TYPE_Q8_0) {
+        w = _mm256_loadu_si256((const __m256i *)(wb + 2));
+    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
+        __m128i packed = _mm_loadu_si128((const __m128i *)(wb + 2));
+        w = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        w = _mm256_sub_epi8(_mm256_and_si256(w, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+    }
+    __m256i sums = dot_bytes(w, _mm256_loadu_si256((const __m256i *)(xb + 2)));
+    return _mm256_fmadd_ps(_mm256_set1_ps(block_scale(wb) * block_scale(xb)), _mm256_cvtepi32_ps(sums), acc);
+}
+
+// dot(row, x) for a Q8_0 or Q4_0 row of n_blocks blocks and x in Q8_0
+// blocks; two sums, so that consecutive blocks do not wait for each other.
+static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    int b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+        acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
+        acc1 = block_dot(row + (b + 1) * block_bytes, xq + (b + 1) * Q8_0_BLOCK_BYTES, type, acc1);
+    }
+    if (b < n_blocks) acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
+    return sum_m256(_mm256_add_ps(acc0, acc1));
+}
+
+#else
+static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    float sum = 0.0f;
+    for (int b = 0; b < n_blocks; b++) {
+        const unsigned char *wb = row + b * block_bytes, *xb = xq + b * Q8_0_BLOCK_BYTES;
+        int32_t block_sum = 0;
+        for (int k = 0; k < QK; k++) {
+            int w = type == TYPE_Q8_0 ? (int8_t)wb[2 + k] : ((k < 16 ? wb[2 + k] : wb[2 + k - 16] >> 4) & 0xF) - 8;
+            block_sum += w * (int8_t)xb[2 + k];
+        }
+        sum += block_scale(wb) * block_scale(xb) * (float)block_sum;
+    }
+    return sum;
+}
+#endif
+
+// out = m @ x for a Q8_0 or Q4_0 matrix: x quantized once, rows split
+// across the threads.
+static int matmul_q8(float *out, const float *x, const Matrix *m) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    unsigned char *xq = malloc((size_t)n_blocks * Q8_0_BLOCK_BYTES);
+    if (!xq) return -1;
+    quantize_row(xq, x, m->cols, TYPE_Q8_0);
+    size_t row_bytes = type_row_bytes(m->type, m->cols);
+    int i;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < m->rows; i++) out[i] = dot_q8((const unsigned char *)m->data + (size_t)i * row_bytes, xq, n_blocks, m->type);
+    free(xq);
+    return 0;
+}
+
+// out (n, m.rows) = x (n, m.cols) @ m^T for a Q8_0 or Q4_0 matrix: the n
+// inputs quantized once, then each weight row, read once, against every
+// position while it is in L1.
+static int matmat_q8(float *out, const float *x, int n, const Matrix *m) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    size_t xq_bytes = (size_t)n_blocks * Q8_0_BLOCK_BYTES, row_bytes = type_row_bytes(m->type, m->cols);
+    unsigned char *xq = malloc((size_t)n * xq_bytes); // (n, n_blocks) blocks
+    if (!xq) return -1;
+    int i;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < n; i++) quantize_row(xq + (size_t)i * xq_bytes, x + (size_t)i * m->cols, m->cols, TYPE_Q8_0);
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < m->rows; i++) {
+        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
+        for (int t = 0; t < n; t++) out[(size_t)t * m->rows + i] = dot_q8(row, xq + (size_t)t * xq_bytes, n_blocks, m->type);
+    }
+    free(xq);
+    return 0;
+}
+
 static void matmul_typed(float *out, const float *x, const Matrix *m) {
+    if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmul_q8(out, x, m) == 0) return;
     size_t row_bytes = type_row_bytes(m->type, m->cols);
     int i;
     #pragma omp parallel for private(i)
@@ -1340,6 +1484,7 @@ static void matmul(float *out, const float *x, const Matrix *m) {
 // matmat_scratch_floats(n, m.cols).
 static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch) {
     if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
+    else if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmat_q8(out, x, n, m) == 0) return;
     else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
 }
 
@@ -2292,8 +2437,8 @@ static int logits_mode(Transformer *t, const char *ids_path, const char *ids_tex
    bandwidth (summing a 1 GiB array) and fp32 FMA throughput (independent
    multiply-add chains). The machine may be shared, so each of BENCH_RUNS
    rounds measures both ceilings right before the model runs, and every
-   figure is a median over the rounds. Then the same runs with the plain
-   kernels (the "before"). */
+   figure is a median over the rounds. Then, for F32 weights, the same runs
+   with the plain kernels (the "before"). */
 
 #define BENCH_RUNS 5
 #define BENCH_PROMPT 128 // prompt tokens, fed in blocks
@@ -2422,27 +2567,36 @@ static int bench_mode(Transformer *t, const char *path) {
     if (!array) return fail("out of memory for the bandwidth test");
     BenchRound fast = bench_rounds(t, prompt, n_prompt, n_generate, array);
     free(array);
-    use_plain_kernels = 1;
-    BenchRound plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
-    use_plain_kernels = 0;
+    BenchRound plain = {0, 0, 0, 0}; // the plain kernels' "before", for F32 weights
+    if (c->weight_type == TYPE_F32) {
+        use_plain_kernels = 1;
+        plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
+        use_plain_kernels = 0;
+    }
 
     double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
     double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char plain_prompt[64] = "", plain_generate[64] = "", plain_cells[64] = "- | -";
+    if (plain.prompt_tps > 0) {
+        snprintf(plain_prompt, sizeof plain_prompt, " (plain kernels %.1f tok/s: %.1fx)", plain.prompt_tps,
+                 fast.prompt_tps / plain.prompt_tps);
+        snprintf(plain_generate, sizeof plain_generate, " (plain kernels %.1f tok/s: %.1fx)", plain.generate_tps,
+                 fast.generate_tps / plain.generate_tps);
+        snprintf(plain_cells, sizeof plain_cells, "%.1f | %.1f", plain.prompt_tps, plain.generate_tps);
+    }
     printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
-           type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6, bench_threads(), SIMD_NAME, BENCH_RUNS);
+           type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6,
+           bench_threads(), SIMD_NAME, BENCH_RUNS);
     printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
-    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak (plain kernels %.1f tok/s: %.1fx)\n",
-           n_prompt, fast.prompt_tps, prompt_gflops, 100 * prompt_gflops / fast.peak, plain.prompt_tps,
-           fast.prompt_tps / plain.prompt_tps);
-    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth (plain kernels %.1f tok/s: %.1fx)\n",
-           n_generate, fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain.generate_tps,
-           fast.generate_tps / plain.generate_tps);
+    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s\n", n_prompt, fast.prompt_tps,
+           prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
+    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth%s\n", n_generate,
+           fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain_generate);
     printf("  peak RSS %.0f MB\n", rss_mb);
-    printf("| %s | %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %.1f | %.1f | %.1f | %.1f |\n", name,
-           type_name((uint32_t)c->weight_type), bench_threads(), fast.prompt_tps, 100 * prompt_gflops / fast.peak,
-           fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb, plain.prompt_tps, plain.generate_tps,
-           fast.bandwidth, fast.peak);
+    printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %s | %.1f | %.1f |\n", name, bench_threads(),
+           fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb,
+           plain_cells, fast.bandwidth, fast.peak);
     return 0;
 }
 
@@ -2450,42 +2604,6 @@ static int bench_mode(Transformer *t, const char *path) {
    we read in our format (version 1, README) with Q8_0 or Q4_0 matrices in
    GGUF's block layouts; norms stay F32. A row whose length is not a
    multiple of 32 ends in a block padded with zeros. */
-
-// Q8_0: scale d = max|x| / 127 (as fp16), q = round(x / d).
-static void quantize_block_q8_0(unsigned char *block, const float *x, int len) {
-    float amax = 0.0f;
-    for (int k = 0; k < len; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-    float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-    uint16_t h = f32_to_f16(d);
-    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
-    for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)(k < len ? roundf(x[k] * id) : 0.0f);
-}
-
-// Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8 in 0..15;
-// the low nibbles hold values 0..15, the high ones 16..31.
-static void quantize_block_q4_0(unsigned char *block, const float *x, int len) {
-    float max = 0.0f;
-    for (int k = 0; k < len; k++) max = fabsf(x[k]) > fabsf(max) ? x[k] : max;
-    float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint16_t h = f32_to_f16(d);
-    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
-    for (int k = 0; k < QK / 2; k++) {
-        float lo = k < len ? x[k] * id : 0.0f, hi = k + QK / 2 < len ? x[k + QK / 2] * id : 0.0f;
-        int q_lo = (int)(lo + 8.5f), q_hi = (int)(hi + 8.5f);
-        q_lo = q_lo > 15 ? 15 : q_lo, q_hi = q_hi > 15 ? 15 : q_hi;
-        block[2 + k] = (unsigned char)(q_lo | q_hi << 4);
-    }
-}
-
-// A row of n floats as type_row_bytes(type, n) bytes of blocks.
-static void quantize_row(unsigned char *out, const float *x, int n, int type) {
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    for (int b = 0; b * QK < n; b++) {
-        int len = n - b * QK < QK ? n - b * QK : QK;
-        if (type == TYPE_Q8_0) quantize_block_q8_0(out + b * block_bytes, x + b * QK, len);
-        else quantize_block_q4_0(out + b * block_bytes, x + b * QK, len);
-    }
-}
 
 // A file being written, with its offset for the 64-byte alignment.
 typedef struct {
