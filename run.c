@@ -2457,6 +2457,16 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The 1-minute load average (Linux), or -1: other work on the machine makes
+// every figure noisy, and spinning OpenMP threads suffer most.
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = -1.0;
+    if (f && fscanf(f, "%lf", &load) != 1) load = -1.0;
+    if (f) fclose(f);
+    return load;
+}
+
 static int bench_threads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();
@@ -2558,6 +2568,7 @@ static int bench_mode(Transformer *t, const char *path) {
     double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
     double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
 
+    double load_before = load_average();
     BenchRound warm;
     bench_model(t, prompt, n_prompt, n_generate, &warm); // pages the weights in
     struct rusage usage;
@@ -2593,7 +2604,7 @@ static int bench_mode(Transformer *t, const char *path) {
            prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
     printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth%s\n", n_generate,
            fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain_generate);
-    printf("  peak RSS %.0f MB\n", rss_mb);
+    printf("  peak RSS %.0f MB; load average %.2f before, %.2f after\n", rss_mb, load_before, load_average());
     printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %s | %.1f | %.1f |\n", name, bench_threads(),
            fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb,
            plain_cells, fast.bandwidth, fast.peak);
