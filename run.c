@@ -1491,14 +1491,19 @@ static int compare_prob_desc(const void *a, const void *b) { // ties: lower id f
     return x->index - y->index;
 }
 
+// Penalty, temperature and softmax: logits become probabilities in place.
+static void to_probabilities(Sampler *s, float *logits, const int *recent, int n_recent) {
+    apply_repeat_penalty(s, logits, recent, n_recent);
+    for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->params.temperature;
+    softmax(logits, s->vocab_size);
+}
+
 // Leaves the tokens that may be drawn in s->candidates[0..n), sorted by
 // probability (descending) and renormalized; returns n. Modifies logits.
 int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recent) {
     const SamplerParams *p = &s->params;
     int n = s->vocab_size;
-    apply_repeat_penalty(s, logits, recent, n_recent);
-    for (int i = 0; i < n; i++) logits[i] /= p->temperature;
-    softmax(logits, n);
+    to_probabilities(s, logits, recent, n_recent);
     float p_max = logits[argmax(logits, n)];
     // Cheap pre-filter before sorting: a token with probability <= (1-top_p)/n
     // can never be inside the nucleus, nor one under min_p * p_max.
@@ -1508,8 +1513,7 @@ int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recen
     int kept = 0;
     for (int i = 0; i < n; i++)
         if (logits[i] >= cutoff) s->candidates[kept++] = (ProbIndex){logits[i], i};
-    if (p->top_k > 0 || p->top_p < 1.0f || p->min_p > 0.0f) // no truncation: order does not matter
-        qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
+    qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
     if (p->top_k > 0 && p->top_k < kept) kept = p->top_k;
     if (p->top_p < 1.0f) { // the smallest prefix whose mass reaches top_p
         double mass = 0.0;
@@ -1533,13 +1537,22 @@ int sample(Sampler *s, float *logits, const int *recent, int n_recent) {
         apply_repeat_penalty(s, logits, recent, n_recent);
         return argmax(logits, s->vocab_size);
     }
-    int n = sampler_candidates(s, logits, recent, n_recent);
+    const SamplerParams *p = &s->params;
     double coin = random_unit(&s->rng_state), cdf = 0.0;
+    if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) { // nothing to cut: no sort needed
+        to_probabilities(s, logits, recent, n_recent);
+        for (int i = 0; i < s->vocab_size; i++) {
+            cdf += logits[i];
+            if (coin < cdf) return i;
+        }
+        return argmax(logits, s->vocab_size); // rounding left coin just above the total
+    }
+    int n = sampler_candidates(s, logits, recent, n_recent);
     for (int i = 0; i < n; i++) {
         cdf += s->candidates[i].prob;
         if (coin < cdf) return s->candidates[i].index;
     }
-    return s->candidates[n - 1].index; // rounding left coin just above the total
+    return s->candidates[n - 1].index;
 }
 
 /* ----------------------------------------------------------------------------
@@ -1591,7 +1604,7 @@ static void text_finish(TextOut *o) {
 // Ctrl-C sets this; generation stops at the next token (a second Ctrl-C exits).
 static volatile sig_atomic_t interrupted = 0;
 
-static void on_interrupt(int sig) {
+void on_interrupt(int sig) {
     (void)sig;
     if (interrupted) _exit(130);
     interrupted = 1;
@@ -1663,7 +1676,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     return 0;
 }
 
-static int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
+int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
     int n;
     int *tokens = encode_prompt(tk, text, len, &n);
     if (!tokens) return -1;
@@ -1684,14 +1697,16 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
         char *end;
         errno = 0;
         long id = strtol(p, &end, 10);
+        int word = (int)strcspn(p, " \t\n\r\f\v"); // for messages: this word only
+        if (word > 20) word = 20;
         if (end == p || (*end && !isspace((unsigned char)*end))) {
             free(ids);
-            fail("%s: '%.20s' is not a token id", path, p);
+            fail("%s: '%.*s' is not a token id", path, word, p);
             return NULL;
         }
         if (errno || id < 0 || id >= vocab_size) {
             free(ids);
-            fail("%s: token id %.20s is outside the vocabulary (0..%d)", path, p, vocab_size - 1);
+            fail("%s: token id %.*s is outside the vocabulary (0..%d)", path, word, p, vocab_size - 1);
             return NULL;
         }
         if (*n_ids == max_ids) {
@@ -1707,7 +1722,7 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
 }
 
 // Feeds ids from position 0 and writes every position's logits (float32).
-static int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
+int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
     const Config *c = &t->config;
     int n;
     int *ids = read_ids(ids_path, ids_text, c->vocab_size, c->seq_len, &n);
@@ -1918,7 +1933,7 @@ static void free_chat(Chat *chat) {
 }
 
 // The interactive loop; ends cleanly (0) at end of input.
-static int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
+int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
                      const char *first_message, int max_reply) {
     Chat chat = {t, tk, sampler, system, max_reply, NULL, 0, 0, NULL, 0, 0};
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
@@ -1966,7 +1981,7 @@ typedef struct {
     SamplerParams sampling;
 } Options;
 
-static void usage(FILE *f) {
+void usage(FILE *f) {
     fprintf(f,
         "usage: run CHECKPOINT [options]\n"
         "  -t <float>  temperature, 0 = greedy (default 1.0)\n"
@@ -2021,7 +2036,7 @@ static int parse_seed(const char *s, uint64_t *out) {
 }
 
 // 0 ok; -1 with error_message naming the flag.
-static int parse_args(Options *o, int argc, char **argv) {
+int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){0};
     o->mode = "generate";
     o->steps = 256;
@@ -2071,7 +2086,7 @@ static int parse_args(Options *o, int argc, char **argv) {
 }
 
 // Reads a whole text file into a NUL-terminated buffer (caller frees).
-static char *read_text_file(const char *path, size_t *len) {
+char *read_text_file(const char *path, size_t *len) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
     FILE *f = fopen(path, "rb");
@@ -2097,7 +2112,7 @@ static char *read_text_file(const char *path, size_t *len) {
 }
 
 // 1 if the two paths name the same existing file.
-static int same_file(const char *a, const char *b) {
+int same_file(const char *a, const char *b) {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
