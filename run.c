@@ -1619,6 +1619,12 @@ static double now_seconds(void) {
 /* ----------------------------------------------------------------------------
    Modes */
 
+// 1 if the two paths name the same existing file.
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // Encodes text with BOS into a new array (caller frees). NULL on failure.
 static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
     int *tokens = len < SIZE_MAX / 16 ? malloc((3 * len + 3) * sizeof(int)) : NULL;
@@ -1737,6 +1743,149 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
     }
     if (fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
     free(ids);
+    return err;
+}
+
+/* Quantize: rewrites a checkpoint (any format run.c reads) in our format with
+   its matrices in F32, F16, Q8_0 or Q4_0, rounding as GGUF does. Norms stay
+   F32. */
+
+// Float to IEEE half, rounding to nearest even.
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
+    int exp = (int)((x >> 23) & 0xFF);
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00 | (mant ? 0x200 : 0));
+    int e = exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7C00);
+    int shift = 13;
+    uint32_t half;
+    if (e <= 0) { // a half denormal
+        if (e < -10) return (uint16_t)sign;
+        mant |= 0x800000;
+        shift = 14 - e;
+        half = mant >> shift;
+    } else {
+        half = (uint32_t)e << 10 | mant >> 13;
+    }
+    uint32_t rest = mant & ((1u << shift) - 1), middle = 1u << (shift - 1);
+    if (rest > middle || (rest == middle && (half & 1))) half++; // a carry rounds up the exponent
+    return (uint16_t)(sign | half);
+}
+
+static void put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+
+// One row of n floats in type (room for type_row_bytes). Q8_0: scale =
+// max|x| / 127, q = round(x / scale). Q4_0: scale = (the value of largest
+// magnitude) / -8, q = x / scale + 8 rounded and clamped to 0..15. A partial
+// last block is padded with zeros.
+static void quantize_row(unsigned char *out, const float *x, int n, int type) {
+    if (type == TYPE_F32) { memcpy(out, x, (size_t)n * sizeof(float)); return; }
+    if (type == TYPE_F16) { for (int j = 0; j < n; j++) put_u16(out + 2 * (size_t)j, f32_to_f16(x[j])); return; }
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    for (int b = 0; b * QK < n; b++) {
+        float v[QK] = {0};
+        int len = n - b * QK < QK ? n - b * QK : QK;
+        memcpy(v, x + b * QK, (size_t)len * sizeof(float));
+        unsigned char *block = out + (size_t)b * block_bytes;
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < QK; k++)
+            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); max = v[k]; }
+        if (type == TYPE_Q8_0) {
+            float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            put_u16(block, f32_to_f16(d));
+            for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)roundf(v[k] * id);
+        } else {
+            float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+            put_u16(block, f32_to_f16(d));
+            for (int k = 0; k < QK / 2; k++) {
+                int lo = (int)(v[k] * id + 8.5f), hi = (int)(v[k + QK / 2] * id + 8.5f);
+                block[2 + k] = (unsigned char)((lo > 15 ? 15 : lo) | (hi > 15 ? 15 : hi) << 4);
+            }
+        }
+    }
+}
+
+// Writes zeros up to the next multiple of RUNC_ALIGN.
+static int write_padding(FILE *f) {
+    static const char zeros[RUNC_ALIGN];
+    long at = ftell(f);
+    size_t pad = at < 0 ? 0 : (RUNC_ALIGN - (size_t)at % RUNC_ALIGN) % RUNC_ALIGN;
+    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : -1;
+}
+
+static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
+    size_t bytes = type_row_bytes(type, m->cols);
+    for (int i = 0; i < m->rows; i++) {
+        matrix_row(row, m, i);
+        quantize_row(out, row, m->cols, type);
+        if (fwrite(out, 1, bytes, f) != bytes) return -1;
+    }
+    return 0;
+}
+
+// The tensors of our format, in order (README), each aligned.
+static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    int err = write_padding(f);
+    for (int l = 0; l < c->n_layers && !err; l++)
+        err = fwrite(w->layers[l].rms_att, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
+    err = err || write_padding(f);
+    for (int l = 0; l < c->n_layers && !err; l++)
+        err = fwrite(w->layers[l].rms_ffn, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
+    err = err || write_padding(f) || fwrite(w->rms_final, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
+    for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
+        err = write_padding(f);
+        for (int l = 0; l < c->n_layers && !err; l++) {
+            const LayerWeights *lw = &w->layers[l];
+            const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+            err = write_matrix(f, m[part], type, row, out);
+        }
+    }
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
+    return err ? -1 : 0;
+}
+
+static void put_i32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
+}
+
+// Writes t to out_path in our format with matrices of the given type. The
+// file appears only when complete (written beside it, then renamed).
+int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
+    const Config *c = &t->config;
+    if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    unsigned char header[RUNC_HEADER_SIZE] = {0};
+    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                        c->seq_len, c->head_size};
+    put_i32(header, (int32_t)RUNC_MAGIC);
+    for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
+    memcpy(header + 40, &c->rope_theta, 4);
+    memcpy(header + 44, &c->norm_eps, 4);
+    put_i32(header + 48, c->shared_classifier);
+    put_i32(header + 52, c->bos_id);
+    put_i32(header + 56, c->eos_id);
+    put_i32(header + 60, type);
+
+    size_t tmp_len = strlen(out_path) + 16;
+    char *tmp = malloc(tmp_len);
+    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    float *row = malloc((size_t)widest * sizeof(float));
+    unsigned char *out = malloc(type_row_bytes(TYPE_F32, widest));
+    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
+    snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
+    if (!err && (fwrite(header, 1, sizeof header, f) != sizeof header || write_runc_tensors(f, t, type, row, out)))
+        err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
+    if (err && f) remove(tmp);
+    free(tmp); free(row); free(out);
     return err;
 }
 
@@ -1974,6 +2123,7 @@ typedef struct {
     const char *mode;          // -m
     const char *output;        // -o
     const char *trace;         // --trace
+    int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
     int context;               // -c
     uint64_t seed;             // -s
@@ -1997,9 +2147,10 @@ void usage(FILE *f) {
         "  -i <string> prompt\n"
         "  -f <file>   prompt from a file (token ids in logits mode)\n"
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
-        "  -m <mode>   generate | chat | tokenize | logits (default generate)\n"
+        "  -m <mode>   generate | chat | tokenize | logits | quantize (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
-        "  -o <file>   output file (logits mode)\n"
+        "  -o <file>   output file (logits and quantize modes)\n"
+        "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
         "  -h          this help\n");
 }
@@ -2035,10 +2186,19 @@ static int parse_seed(const char *s, uint64_t *out) {
     return 0;
 }
 
+static int parse_dtype(const char *s, int *type) {
+    const char *names[] = {"f32", "f16", "q8_0", "q4_0"};
+    const int types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) { *type = types[i]; return 0; }
+    return fail("--dtype: '%s' is not one of f32, f16, q8_0, q4_0", s);
+}
+
 // 0 ok; -1 with error_message naming the flag.
 int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){0};
     o->mode = "generate";
+    o->dtype = -1;
     o->steps = 256;
     o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
     for (int i = 1; i < argc; i++)
@@ -2048,7 +2208,7 @@ int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
+                                      "-n", "-c", "--dtype", "-i", "-f", "-z", "-m", "-y", "-o", "--trace"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -2072,16 +2232,19 @@ int parse_args(Options *o, int argc, char **argv) {
         else if (!strcmp(flag, "-m")) o->mode = v;
         else if (!strcmp(flag, "-y")) o->system_prompt = v;
         else if (!strcmp(flag, "-o")) o->output = v;
+        else if (!strcmp(flag, "--dtype")) err = parse_dtype(v, &o->dtype);
         else o->trace = v; // --trace
         if (err) return -1;
     }
-    const char *modes[] = {"generate", "chat", "tokenize", "logits"};
+    const char *modes[] = {"generate", "chat", "tokenize", "logits", "quantize"};
     int known = 0;
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o->mode, modes[i]);
     if (!known) return fail("-m: unknown mode '%s'", o->mode);
     if (o->prompt && o->prompt_file) return fail("-i and -f: give the prompt one way, not both");
     if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
+    if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
+        return fail("-m quantize needs -o OUT_FILE and --dtype f32|f16|q8_0|q4_0");
     return 0;
 }
 
@@ -2111,12 +2274,6 @@ char *read_text_file(const char *path, size_t *len) {
     return buf;
 }
 
-// 1 if the two paths name the same existing file.
-int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 #ifndef TESTING
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
@@ -2125,6 +2282,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
             return fail("%s: -o would overwrite an input file", o->output);
         return logits_mode(t, o->prompt_file, text, o->output);
     }
+    if (!strcmp(o->mode, "quantize")) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
