@@ -514,7 +514,7 @@ static int compare_tensor_offset(const void *a, const void *b) {
 }
 
 // Checks each tensor's shape, type, alignment and extent, and that no two overlap.
-static int gguf_check_tensors(Gguf *g, uint64_t alignment, const char *path) {
+static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t alignment, const char *path) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
         if (!type_known((int)t->type))
@@ -526,8 +526,10 @@ static int gguf_check_tensors(Gguf *g, uint64_t alignment, const char *path) {
         uint64_t rows = 1;
         for (int d = 1; d < t->n_dims; d++) rows *= t->dims[d]; // each dim < 2^32: checked when read
         t->size = rows * type_row_bytes((int)t->type, (int)t->dims[0]);
+        // F32 and 16-bit data are read in place, so they must sit at multiples of their size
+        uint64_t natural = t->type == TYPE_F32 ? 4 : t->type == TYPE_F16 || t->type == TYPE_BF16 ? 2 : 1;
         if (rows > (1ull << 32) || t->offset % alignment != 0 || t->offset > g->data_size ||
-            t->size > g->data_size - t->offset)
+            t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
             return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
                         (int)t->name_len, t->name);
     }
@@ -607,7 +609,7 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
     }
     g->data = map + (data_start < size ? data_start : size);
     g->data_size = data_start < size ? size - data_start : 0;
-    if (gguf_check_tensors(g, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
+    if (gguf_check_tensors(g, map, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
     return 0;
 }
 
@@ -1558,8 +1560,8 @@ int sample(Sampler *s, float *logits, const int *recent, int n_recent) {
 /* ----------------------------------------------------------------------------
    Output. Text goes to stdout as valid UTF-8: a character the model spells in
    byte tokens is held until complete, an invalid sequence becomes U+FFFD, and
-   control bytes other than tab and newlines are dropped (a model must not
-   drive the terminal). */
+   control characters (C0 other than tab and newlines, DEL, C1) are dropped:
+   a model must not drive the terminal. */
 
 typedef struct {
     FILE *out;
@@ -1574,8 +1576,9 @@ static void text_put_byte(TextOut *o, unsigned char c) {
             o->pending[o->n_pending++] = c;
             int need = utf8_length(o->pending[0]);
             if (o->n_pending < need) return;
-            if (utf8_char(o->pending, (size_t)need) == need) fwrite(o->pending, 1, (size_t)need, o->out);
-            else fputs(replacement, o->out);
+            int c1_control = o->pending[0] == 0xC2 && o->pending[1] < 0xA0; // U+0080..U+009F, e.g. CSI
+            if (utf8_char(o->pending, (size_t)need) != need) fputs(replacement, o->out);
+            else if (!c1_control) fwrite(o->pending, 1, (size_t)need, o->out);
             o->n_pending = 0;
             return;
         }
