@@ -302,6 +302,8 @@ static float read_f32(const unsigned char *p) {
 static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
     if (size < V0_HEADER_SIZE)
         return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
+    if (isalpha(h[0]) && isalpha(h[1]) && isalpha(h[2]) && isalpha(h[3])) // a v0 header starts with dim
+        return fail("%s: unknown file format '%.4s' (run.c reads GGUF, RUNC and llama2.c version 0)", path, h);
     c->dim = read_i32(h);
     c->hidden_dim = read_i32(h + 4);
     c->n_layers = read_i32(h + 8);
