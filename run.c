@@ -525,12 +525,15 @@ static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t align
         if ((t->type == TYPE_Q8_0 || t->type == TYPE_Q4_0) && t->dims[0] % QK != 0)
             return fail("%s: tensor %.*s has rows of %llu, not a multiple of %d", path, (int)t->name_len,
                         t->name, (unsigned long long)t->dims[0], QK);
-        uint64_t rows = 1;
-        for (int d = 1; d < t->n_dims; d++) rows *= t->dims[d]; // each dim < 2^32: checked when read
-        t->size = rows * type_row_bytes((int)t->type, (int)t->dims[0]);
+        // each dim is below 2^31 (checked when read), so no product below can wrap
+        uint64_t rows = 1, row_bytes = type_row_bytes((int)t->type, (int)t->dims[0]);
+        for (int d = 1; d < t->n_dims && rows <= (1ull << 32); d++) rows *= t->dims[d];
+        if (rows > g->data_size / row_bytes) // also keeps rows * row_bytes from wrapping
+            return fail("%s: tensor %.*s is larger than the file", path, (int)t->name_len, t->name);
+        t->size = rows * row_bytes;
         // F32 and 16-bit data are read in place, so they must sit at multiples of their size
         uint64_t natural = t->type == TYPE_F32 ? 4 : t->type == TYPE_F16 || t->type == TYPE_BF16 ? 2 : 1;
-        if (rows > (1ull << 32) || t->offset % alignment != 0 || t->offset > g->data_size ||
+        if (t->offset % alignment != 0 || t->offset > g->data_size ||
             t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
             return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
                         (int)t->name_len, t->name);
@@ -1556,7 +1559,14 @@ int sample(Sampler *s, float *logits, const int *recent, int n_recent) {
         cdf += s->candidates[i].prob;
         if (coin < cdf) return s->candidates[i].index;
     }
-    return s->candidates[n - 1].index;
+    return n > 0 ? s->candidates[n - 1].index : argmax(logits, s->vocab_size); // none: non-finite logits
+}
+
+// Generation stops on NaN or infinite logits: a broken model, not text.
+static int logits_finite(const float *logits, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(logits[i])) return 0;
+    return 1;
 }
 
 /* ----------------------------------------------------------------------------
@@ -1657,7 +1667,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     if (!history) { free(tokens); return fail("out of memory"); }
 
     TextOut text = {out, {0}, 0};
-    int token = tokens[0], pos = 0, n_generated = 0;
+    int token = tokens[0], pos = 0, n_generated = 0, err = 0;
     history[0] = token;
     double start = now_seconds(), prompt_done = start;
     while (pos < steps && !interrupted && !ferror(out)) { // a closed pipe ends it quietly
@@ -1667,6 +1677,10 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
             next = tokens[pos + 1];
         } else {
             if (n_generated == 0) prompt_done = now_seconds();
+            if (!logits_finite(logits, c->vocab_size)) {
+                err = fail("the model's logits at position %d are not finite (NaN or infinity)", pos);
+                break;
+            }
             next = sample(s, logits, history, pos + 1);
             n_generated++;
             if (next == c->bos_id || next == c->eos_id) break;
@@ -1684,7 +1698,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
             n_prompt / (prompt_done - start + 1e-9), n_generated, n_generated / (end - prompt_done + 1e-9));
     free(tokens);
     free(history);
-    return 0;
+    return err;
 }
 
 int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
@@ -1781,13 +1795,18 @@ static uint16_t f32_to_f16(float f) {
 
 static void put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
 
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
 // One row of n floats in type (room for type_row_bytes). Q8_0: scale =
 // max|x| / 127, q = round(x / scale). Q4_0: scale = (the value of largest
 // magnitude) / -8, q = x / scale + 8 rounded and clamped to 0..15. A partial
 // last block is padded with zeros.
-static void quantize_row(unsigned char *out, const float *x, int n, int type) {
-    if (type == TYPE_F32) { memcpy(out, x, (size_t)n * sizeof(float)); return; }
-    if (type == TYPE_F16) { for (int j = 0; j < n; j++) put_u16(out + 2 * (size_t)j, f32_to_f16(x[j])); return; }
+// -1 if a value is not finite (nothing sensible to round it to).
+static int quantize_row(unsigned char *out, const float *x, int n, int type) {
+    for (int j = 0; j < n; j++)
+        if (!isfinite(x[j])) return -1;
+    if (type == TYPE_F32) { memcpy(out, x, (size_t)n * sizeof(float)); return 0; }
+    if (type == TYPE_F16) { for (int j = 0; j < n; j++) put_u16(out + 2 * (size_t)j, f32_to_f16(x[j])); return 0; }
     size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
     for (int b = 0; b * QK < n; b++) {
         float v[QK] = {0};
@@ -1797,19 +1816,18 @@ static void quantize_row(unsigned char *out, const float *x, int n, int type) {
         float amax = 0.0f, max = 0.0f;
         for (int k = 0; k < QK; k++)
             if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); max = v[k]; }
-        if (type == TYPE_Q8_0) {
-            float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            put_u16(block, f32_to_f16(d));
-            for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)roundf(v[k] * id);
-        } else {
-            float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-            put_u16(block, f32_to_f16(d));
-            for (int k = 0; k < QK / 2; k++) {
-                int lo = (int)(v[k] * id + 8.5f), hi = (int)(v[k + QK / 2] * id + 8.5f);
-                block[2 + k] = (unsigned char)((lo > 15 ? 15 : lo) | (hi > 15 ? 15 : hi) << 4);
-            }
+        // 1/d overflows for tiny d: such a block quantizes to zeros
+        float d = type == TYPE_Q8_0 ? amax / 127.0f : max / -8.0f, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        put_u16(block, f32_to_f16(d));
+        for (int k = 0; k < QK && type == TYPE_Q8_0; k++)
+            block[2 + k] = (unsigned char)(int8_t)clamp_int((int)roundf(v[k] * id), -128, 127);
+        for (int k = 0; k < QK / 2 && type == TYPE_Q4_0; k++) {
+            int lo = clamp_int((int)(v[k] * id + 8.5f), 0, 15), hi = clamp_int((int)(v[k + QK / 2] * id + 8.5f), 0, 15);
+            block[2 + k] = (unsigned char)(lo | hi << 4);
         }
     }
+    return 0;
 }
 
 // Writes zeros up to the next multiple of RUNC_ALIGN.
@@ -1817,15 +1835,19 @@ static int write_padding(FILE *f) {
     static const char zeros[RUNC_ALIGN];
     long at = ftell(f);
     size_t pad = at < 0 ? 0 : (RUNC_ALIGN - (size_t)at % RUNC_ALIGN) % RUNC_ALIGN;
-    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : -1;
+    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : fail("write failed: %s", strerror(errno));
+}
+
+static int write_floats(FILE *f, const float *x, int n) {
+    return fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n ? 0 : fail("write failed: %s", strerror(errno));
 }
 
 static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
     size_t bytes = type_row_bytes(type, m->cols);
     for (int i = 0; i < m->rows; i++) {
         matrix_row(row, m, i);
-        quantize_row(out, row, m->cols, type);
-        if (fwrite(out, 1, bytes, f) != bytes) return -1;
+        if (quantize_row(out, row, m->cols, type) != 0) return fail("a weight is not finite (NaN or infinity)");
+        if (fwrite(out, 1, bytes, f) != bytes) return fail("write failed: %s", strerror(errno));
     }
     return 0;
 }
@@ -1834,13 +1856,11 @@ static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned
 static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
-    int err = write_padding(f);
-    for (int l = 0; l < c->n_layers && !err; l++)
-        err = fwrite(w->layers[l].rms_att, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
+    int err = write_padding(f); // each tensor is aligned; its layers follow back to back
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_att, c->dim);
     err = err || write_padding(f);
-    for (int l = 0; l < c->n_layers && !err; l++)
-        err = fwrite(w->layers[l].rms_ffn, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
-    err = err || write_padding(f) || fwrite(w->rms_final, sizeof(float), (size_t)c->dim, f) != (size_t)c->dim;
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
+    err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
     err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
     for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
         err = write_padding(f);
@@ -1880,13 +1900,19 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     char *tmp = malloc(tmp_len);
     int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
     float *row = malloc((size_t)widest * sizeof(float));
-    unsigned char *out = malloc(type_row_bytes(TYPE_F32, widest));
+    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
+    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
     if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
     snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
     int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
-    if (!err && (fwrite(header, 1, sizeof header, f) != sizeof header || write_runc_tensors(f, t, type, row, out)))
+    if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
         err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
+        char why[sizeof error_message];
+        snprintf(why, sizeof why, "%s", error_message);
+        err = fail("%s: %s", out_path, why);
+    }
     if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
     if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
     if (err && f) remove(tmp);
@@ -2003,6 +2029,10 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     TextOut text = {stdout, {0}, 0};
     int n = 0, prev = -1; // -1: a reply keeps its leading space
     while (n < limit && !interrupted) {
+        if (!logits_finite(logits, c->vocab_size)) {
+            fprintf(stderr, "\nrun: the model's logits are not finite (NaN or infinity); reply ended\n");
+            break;
+        }
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
         if (next == c->eos_id || next == c->bos_id) break;
         size_t len;
