@@ -29,8 +29,9 @@ tokenizer.bin:
 demo: run
 	./run $(SHARED)/models/stories260K/stories260K.bin -z $(SHARED)/models/stories260K/tok512.bin
 
+# Tests measure no speed: passive OpenMP waits keep them quick on a busy machine.
 test: run test_all
-	./test_all $(SHARED)
+	OMP_WAIT_POLICY=passive ./test_all $(SHARED)
 
 # Benchmarks (BENCHMARKS.md): random-weight models of public shapes, made
 # by mkmodel into build/models/ and quantized by ./run, each with 1 and 2
@@ -64,3 +65,68 @@ bench-large: run build/models/tl1b.bin
 
 clean:
 	rm -rf run test_all build tokenizer.bin
+
+# ---- Hardening: fuzzers and sanitizers (fuzz/README.md) ----
+# make fuzz         builds the libFuzzer harnesses (clang) into build/fuzz/ and
+#                   runs each for FUZZ_SECONDS; non-zero exit on any finding
+# make fuzz-regress replays fuzz/regressions/ and the seed corpus once
+# make fuzz-corpus  regenerates fuzz/corpus/ (fuzz/mkseeds.c, tools/mkmodel)
+# make test-asan    the whole suite built with ASan + UBSan, in build/asan/
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS = checkpoint gguf tokenizer_file encode args sampler quantize output
+FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function -DFUZZ_SHARED_DIR='"$(abspath $(SHARED))"'
+ASAN_CFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -std=c11 -Wall -Wextra
+ifeq ($(OPENMP),1)
+ASAN_CFLAGS += -fopenmp
+endif
+
+.PHONY: fuzz fuzz-build fuzz-regress fuzz-corpus test-asan
+
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.c fuzz/fuzz_util.h fuzz/fuzz_model.h run.c
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< fuzz/fuzz_util.c -lm
+
+fuzz-build: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+
+fuzz: fuzz-build
+	FUZZ_SECONDS=$(FUZZ_SECONDS) sh fuzz/run_fuzzers.sh build/fuzz $(FUZZ_TARGETS)
+
+fuzz-regress: fuzz-build
+	@status=0; for t in $(FUZZ_TARGETS); do \
+	    files=$$(find fuzz/regressions/$$t fuzz/corpus/$$t -type f 2>/dev/null | sort); \
+	    mkdir -p build/fuzz/findings/$$t; \
+	    if build/fuzz/fuzz_$$t -artifact_prefix=build/fuzz/findings/$$t/ $$files >build/fuzz/regress-$$t.log 2>&1; then \
+	        echo "ok   fuzz replay: $$t ($$(echo $$files | wc -w) inputs)"; \
+	    else echo "FAIL fuzz replay: $$t (see build/fuzz/regress-$$t.log)"; status=1; fi; \
+	done; exit $$status
+
+build/fuzz/mkmodel: $(SHARED)/tools/mkmodel.c
+	@mkdir -p build/fuzz
+	$(CC) -O2 -o $@ $<
+
+build/fuzz/mkseeds: fuzz/mkseeds.c
+	@mkdir -p build/fuzz
+	$(CC) -O2 -std=c11 -Wall -Wextra -o $@ $< -lm
+
+fuzz-corpus: build/fuzz/mkmodel build/fuzz/mkseeds
+	rm -rf fuzz/corpus
+	mkdir -p $(FUZZ_TARGETS:%=fuzz/corpus/%)
+	build/fuzz/mkmodel build/fuzz/v0-tiny.bin 4 8 1 2 1 8 4
+	build/fuzz/mkmodel build/fuzz/v0-gqa.bin 8 8 1 4 2 8 4 --unshared --seed 2
+	build/fuzz/mkseeds fuzz/corpus build/fuzz/v0-tiny.bin build/fuzz/v0-gqa.bin
+
+build/asan/run: run.c
+	@mkdir -p build/asan
+	$(CC) $(ASAN_CFLAGS) -o $@ run.c $(LDLIBS)
+
+build/asan/test_all: test_all.c run.c
+	@mkdir -p build/asan
+	$(CC) $(ASAN_CFLAGS) -o $@ test_all.c $(LDLIBS)
+
+# test_all runs ./run from its working directory and keeps its scratch files
+# in build/ there, so the sanitized suite runs inside build/asan/.
+test-asan: build/asan/run build/asan/test_all
+	cd build/asan && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1 ./test_all $(abspath $(SHARED))

@@ -325,6 +325,8 @@ static float read_f32(const unsigned char *p) {
 static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
     if (size < V0_HEADER_SIZE)
         return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
+    if (isalpha(h[0]) && isalpha(h[1]) && isalpha(h[2]) && isalpha(h[3])) // a v0 header starts with dim
+        return fail("%s: unknown file format '%.4s' (run.c reads GGUF, RUNC and llama2.c version 0)", path, h);
     c->dim = read_i32(h);
     c->hidden_dim = read_i32(h + 4);
     c->n_layers = read_i32(h + 8);
@@ -537,7 +539,7 @@ static int compare_tensor_offset(const void *a, const void *b) {
 }
 
 // Checks each tensor's shape, type, alignment and extent, and that no two overlap.
-static int gguf_check_tensors(Gguf *g, uint64_t alignment, const char *path) {
+static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t alignment, const char *path) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
         if (!type_known((int)t->type))
@@ -546,11 +548,16 @@ static int gguf_check_tensors(Gguf *g, uint64_t alignment, const char *path) {
         if ((t->type == TYPE_Q8_0 || t->type == TYPE_Q4_0) && t->dims[0] % QK != 0)
             return fail("%s: tensor %.*s has rows of %llu, not a multiple of %d", path, (int)t->name_len,
                         t->name, (unsigned long long)t->dims[0], QK);
-        uint64_t rows = 1;
-        for (int d = 1; d < t->n_dims; d++) rows *= t->dims[d]; // each dim < 2^32: checked when read
-        t->size = rows * type_row_bytes((int)t->type, (int)t->dims[0]);
-        if (rows > (1ull << 32) || t->offset % alignment != 0 || t->offset > g->data_size ||
-            t->size > g->data_size - t->offset)
+        // each dim is below 2^31 (checked when read), so no product below can wrap
+        uint64_t rows = 1, row_bytes = type_row_bytes((int)t->type, (int)t->dims[0]);
+        for (int d = 1; d < t->n_dims && rows <= (1ull << 32); d++) rows *= t->dims[d];
+        if (rows > g->data_size / row_bytes) // also keeps rows * row_bytes from wrapping
+            return fail("%s: tensor %.*s is larger than the file", path, (int)t->name_len, t->name);
+        t->size = rows * row_bytes;
+        // F32 and 16-bit data are read in place, so they must sit at multiples of their size
+        uint64_t natural = t->type == TYPE_F32 ? 4 : t->type == TYPE_F16 || t->type == TYPE_BF16 ? 2 : 1;
+        if (t->offset % alignment != 0 || t->offset > g->data_size ||
+            t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
             return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
                         (int)t->name_len, t->name);
     }
@@ -630,7 +637,7 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
     }
     g->data = map + (data_start < size ? data_start : size);
     g->data_size = data_start < size ? size - data_start : 0;
-    if (gguf_check_tensors(g, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
+    if (gguf_check_tensors(g, map, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
     return 0;
 }
 
@@ -1201,23 +1208,33 @@ static uint16_t read_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1]
    cache's memory and traffic. F16C instructions where the compiler may use
    them, else the portable conversions; both round to nearest even. */
 
-// Float to IEEE half, rounding to nearest even (overflow to infinity).
+// Float to IEEE half, rounding to nearest even.
 static uint16_t f32_to_f16(float f) {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)(x >> 16 & 0x8000);
-    uint32_t magnitude = x & 0x7FFFFFFFu;
-    if (magnitude > 0x7F800000u) return sign | 0x7E00;     // NaN
-    if (magnitude >= 0x477FF000u) return sign | 0x7C00;    // 65520 and up round to infinity
-    if (magnitude < 0x38800000u) {                         // below 2^-14: a denormal half
-        float a;
-        memcpy(&a, &magnitude, sizeof a);
-        return sign | (uint16_t)lrintf(a * 16777216.0f);   // units of 2^-24
+    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
+    int exp = (int)((x >> 23) & 0xFF);
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00 | (mant ? 0x200 : 0));
+    int e = exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7C00);
+    int shift = 13;
+    uint32_t half;
+    if (e <= 0) { // a half denormal
+        if (e < -10) return (uint16_t)sign;
+        mant |= 0x800000;
+        shift = 14 - e;
+        half = mant >> shift;
+    } else {
+        half = (uint32_t)e << 10 | mant >> 13;
     }
-    uint32_t half = ((magnitude >> 23) - 112) << 10 | (magnitude >> 13 & 0x3FF), rest = magnitude & 0x1FFF;
-    if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) half++; // a carry moves into the exponent
-    return sign | (uint16_t)half;
+    uint32_t rest = mant & ((1u << shift) - 1), middle = 1u << (shift - 1);
+    if (rest > middle || (rest == middle && (half & 1))) half++; // a carry rounds up the exponent
+    return (uint16_t)(sign | half);
 }
+
+static void put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
+
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
 static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
@@ -1324,41 +1341,37 @@ static float dot_quantized(const unsigned char *row, const float *x, int n, int 
    is a sum of int8 products, scaled by the two blocks' scales. The float
    kernels above (dot_quantized) stay as the plain reference. */
 
-// Q8_0: scale d = max|x| / 127 (as fp16), q = round(x / d); len <= 32
-// values, the rest of the block zeros.
-static void quantize_block_q8_0(unsigned char *block, const float *x, int len) {
-    float amax = 0.0f;
-    for (int k = 0; k < len; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-    float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-    uint16_t h = f32_to_f16(d);
-    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
-    for (int k = 0; k < QK; k++) block[2 + k] = (unsigned char)(int8_t)(k < len ? roundf(x[k] * id) : 0.0f);
-}
-
-// Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8 in 0..15;
-// the low nibbles hold values 0..15, the high ones 16..31.
-static void quantize_block_q4_0(unsigned char *block, const float *x, int len) {
-    float max = 0.0f;
-    for (int k = 0; k < len; k++) max = fabsf(x[k]) > fabsf(max) ? x[k] : max;
-    float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint16_t h = f32_to_f16(d);
-    block[0] = (unsigned char)(h & 0xFF), block[1] = (unsigned char)(h >> 8);
-    for (int k = 0; k < QK / 2; k++) {
-        float lo = k < len ? x[k] * id : 0.0f, hi = k + QK / 2 < len ? x[k + QK / 2] * id : 0.0f;
-        int q_lo = (int)(lo + 8.5f), q_hi = (int)(hi + 8.5f);
-        q_lo = q_lo > 15 ? 15 : q_lo, q_hi = q_hi > 15 ? 15 : q_hi;
-        block[2 + k] = (unsigned char)(q_lo | q_hi << 4);
-    }
-}
-
-// A row of n floats as type_row_bytes(type, n) bytes of blocks.
-static void quantize_row(unsigned char *out, const float *x, int n, int type) {
+// One row of n floats in type (room for type_row_bytes). Q8_0: scale =
+// max|x| / 127, q = round(x / scale). Q4_0: scale = (the value of largest
+// magnitude) / -8, q = x / scale + 8 rounded and clamped to 0..15. A partial
+// last block is padded with zeros.
+// -1 if a value is not finite (nothing sensible to round it to).
+static int quantize_row(unsigned char *out, const float *x, int n, int type) {
+    for (int j = 0; j < n; j++)
+        if (!isfinite(x[j])) return -1;
+    if (type == TYPE_F32) { memcpy(out, x, (size_t)n * sizeof(float)); return 0; }
+    if (type == TYPE_F16) { for (int j = 0; j < n; j++) put_u16(out + 2 * (size_t)j, f32_to_f16(x[j])); return 0; }
     size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
     for (int b = 0; b * QK < n; b++) {
+        float v[QK] = {0};
         int len = n - b * QK < QK ? n - b * QK : QK;
-        if (type == TYPE_Q8_0) quantize_block_q8_0(out + b * block_bytes, x + b * QK, len);
-        else quantize_block_q4_0(out + b * block_bytes, x + b * QK, len);
+        memcpy(v, x + b * QK, (size_t)len * sizeof(float));
+        unsigned char *block = out + (size_t)b * block_bytes;
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < QK; k++)
+            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); max = v[k]; }
+        // 1/d overflows for tiny d: such a block quantizes to zeros
+        float d = type == TYPE_Q8_0 ? amax / 127.0f : max / -8.0f, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        put_u16(block, f32_to_f16(d));
+        for (int k = 0; k < QK && type == TYPE_Q8_0; k++)
+            block[2 + k] = (unsigned char)(int8_t)clamp_int((int)roundf(v[k] * id), -128, 127);
+        for (int k = 0; k < QK / 2 && type == TYPE_Q4_0; k++) {
+            int lo = clamp_int((int)(v[k] * id + 8.5f), 0, 15), hi = clamp_int((int)(v[k + QK / 2] * id + 8.5f), 0, 15);
+            block[2 + k] = (unsigned char)(lo | hi << 4);
+        }
     }
+    return 0;
 }
 
 #if defined(__F16C__)
@@ -1433,7 +1446,7 @@ static int matmul_q8(float *out, const float *x, const Matrix *m) {
     int n_blocks = (m->cols + QK - 1) / QK;
     unsigned char *xq = malloc((size_t)n_blocks * Q8_0_BLOCK_BYTES);
     if (!xq) return -1;
-    quantize_row(xq, x, m->cols, TYPE_Q8_0);
+    if (quantize_row(xq, x, m->cols, TYPE_Q8_0) != 0) { free(xq); return -1; } // not finite: the float kernel
     size_t row_bytes = type_row_bytes(m->type, m->cols);
     int i;
     #pragma omp parallel for private(i) schedule(static)
@@ -1450,9 +1463,10 @@ static int matmat_q8(float *out, const float *x, int n, const Matrix *m) {
     size_t xq_bytes = (size_t)n_blocks * Q8_0_BLOCK_BYTES, row_bytes = type_row_bytes(m->type, m->cols);
     unsigned char *xq = malloc((size_t)n * xq_bytes); // (n, n_blocks) blocks
     if (!xq) return -1;
-    int i;
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < n; i++) quantize_row(xq + (size_t)i * xq_bytes, x + (size_t)i * m->cols, m->cols, TYPE_Q8_0);
+    int i, bad = 0;
+    #pragma omp parallel for private(i) schedule(static) reduction(| : bad)
+    for (i = 0; i < n; i++) bad |= quantize_row(xq + (size_t)i * xq_bytes, x + (size_t)i * m->cols, m->cols, TYPE_Q8_0) != 0;
+    if (bad) { free(xq); return -1; } // not finite: the float kernel
     #pragma omp parallel for private(i) schedule(static)
     for (i = 0; i < m->rows; i++) {
         const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
@@ -2185,14 +2199,19 @@ static int compare_prob_desc(const void *a, const void *b) { // ties: lower id f
     return x->index - y->index;
 }
 
+// Penalty, temperature and softmax: logits become probabilities in place.
+static void to_probabilities(Sampler *s, float *logits, const int *recent, int n_recent) {
+    apply_repeat_penalty(s, logits, recent, n_recent);
+    for (int i = 0; i < s->vocab_size; i++) logits[i] /= s->params.temperature;
+    softmax(logits, s->vocab_size);
+}
+
 // Leaves the tokens that may be drawn in s->candidates[0..n), sorted by
 // probability (descending) and renormalized; returns n. Modifies logits.
 int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recent) {
     const SamplerParams *p = &s->params;
     int n = s->vocab_size;
-    apply_repeat_penalty(s, logits, recent, n_recent);
-    for (int i = 0; i < n; i++) logits[i] /= p->temperature;
-    softmax(logits, n);
+    to_probabilities(s, logits, recent, n_recent);
     float p_max = logits[argmax(logits, n)];
     // Cheap pre-filter before sorting: a token with probability <= (1-top_p)/n
     // can never be inside the nucleus, nor one under min_p * p_max.
@@ -2202,8 +2221,7 @@ int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recen
     int kept = 0;
     for (int i = 0; i < n; i++)
         if (logits[i] >= cutoff) s->candidates[kept++] = (ProbIndex){logits[i], i};
-    if (p->top_k > 0 || p->top_p < 1.0f || p->min_p > 0.0f) // no truncation: order does not matter
-        qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
+    qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
     if (p->top_k > 0 && p->top_k < kept) kept = p->top_k;
     if (p->top_p < 1.0f) { // the smallest prefix whose mass reaches top_p
         double mass = 0.0;
@@ -2227,20 +2245,36 @@ int sample(Sampler *s, float *logits, const int *recent, int n_recent) {
         apply_repeat_penalty(s, logits, recent, n_recent);
         return argmax(logits, s->vocab_size);
     }
-    int n = sampler_candidates(s, logits, recent, n_recent);
+    const SamplerParams *p = &s->params;
     double coin = random_unit(&s->rng_state), cdf = 0.0;
+    if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) { // nothing to cut: no sort needed
+        to_probabilities(s, logits, recent, n_recent);
+        for (int i = 0; i < s->vocab_size; i++) {
+            cdf += logits[i];
+            if (coin < cdf) return i;
+        }
+        return argmax(logits, s->vocab_size); // rounding left coin just above the total
+    }
+    int n = sampler_candidates(s, logits, recent, n_recent);
     for (int i = 0; i < n; i++) {
         cdf += s->candidates[i].prob;
         if (coin < cdf) return s->candidates[i].index;
     }
-    return s->candidates[n - 1].index; // rounding left coin just above the total
+    return n > 0 ? s->candidates[n - 1].index : argmax(logits, s->vocab_size); // none: non-finite logits
+}
+
+// Generation stops on NaN or infinite logits: a broken model, not text.
+static int logits_finite(const float *logits, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(logits[i])) return 0;
+    return 1;
 }
 
 /* ----------------------------------------------------------------------------
    Output. Text goes to stdout as valid UTF-8: a character the model spells in
    byte tokens is held until complete, an invalid sequence becomes U+FFFD, and
-   control bytes other than tab and newlines are dropped (a model must not
-   drive the terminal). */
+   control characters (C0 other than tab and newlines, DEL, C1) are dropped:
+   a model must not drive the terminal. */
 
 typedef struct {
     FILE *out;
@@ -2255,8 +2289,9 @@ static void text_put_byte(TextOut *o, unsigned char c) {
             o->pending[o->n_pending++] = c;
             int need = utf8_length(o->pending[0]);
             if (o->n_pending < need) return;
-            if (utf8_char(o->pending, (size_t)need) == need) fwrite(o->pending, 1, (size_t)need, o->out);
-            else fputs(replacement, o->out);
+            int c1_control = o->pending[0] == 0xC2 && o->pending[1] < 0xA0; // U+0080..U+009F, e.g. CSI
+            if (utf8_char(o->pending, (size_t)need) != need) fputs(replacement, o->out);
+            else if (!c1_control) fwrite(o->pending, 1, (size_t)need, o->out);
             o->n_pending = 0;
             return;
         }
@@ -2285,7 +2320,7 @@ static void text_finish(TextOut *o) {
 // Ctrl-C sets this; generation stops at the next token (a second Ctrl-C exits).
 static volatile sig_atomic_t interrupted = 0;
 
-static void on_interrupt(int sig) {
+void on_interrupt(int sig) {
     (void)sig;
     if (interrupted) _exit(130);
     interrupted = 1;
@@ -2299,6 +2334,12 @@ static double now_seconds(void) {
 
 /* ----------------------------------------------------------------------------
    Modes */
+
+// 1 if the two paths name the same existing file.
+int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 
 // Encodes text with BOS into a new array (caller frees). NULL on failure.
 static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
@@ -2339,9 +2380,13 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     }
     fflush(out);
 
-    int pos = n_prompt - 1, token = tokens[pos], n_generated = 0;
+    int pos = n_prompt - 1, token = tokens[pos], n_generated = 0, err = 0;
     while (pos < steps && !interrupted && !ferror(out)) { // a closed pipe ends it quietly
         if (n_generated > 0) logits = forward(t, token, pos);
+        if (!logits_finite(logits, c->vocab_size)) {
+            err = fail("the model's logits at position %d are not finite (NaN or infinity)", pos);
+            break;
+        }
         int next = sample(s, logits, history, pos + 1);
         n_generated++;
         if (next == c->bos_id || next == c->eos_id) break;
@@ -2358,10 +2403,10 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
             n_prompt / (prompt_done - start + 1e-9), n_generated, n_generated / (end - prompt_done + 1e-9));
     free(tokens);
     free(history);
-    return 0;
+    return err;
 }
 
-static int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
+int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
     int n;
     int *tokens = encode_prompt(tk, text, len, &n);
     if (!tokens) return -1;
@@ -2382,14 +2427,16 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
         char *end;
         errno = 0;
         long id = strtol(p, &end, 10);
+        int word = (int)strcspn(p, " \t\n\r\f\v"); // for messages: this word only
+        if (word > 20) word = 20;
         if (end == p || (*end && !isspace((unsigned char)*end))) {
             free(ids);
-            fail("%s: '%.20s' is not a token id", path, p);
+            fail("%s: '%.*s' is not a token id", path, word, p);
             return NULL;
         }
         if (errno || id < 0 || id >= vocab_size) {
             free(ids);
-            fail("%s: token id %.20s is outside the vocabulary (0..%d)", path, p, vocab_size - 1);
+            fail("%s: token id %.*s is outside the vocabulary (0..%d)", path, word, p, vocab_size - 1);
             return NULL;
         }
         if (*n_ids == max_ids) {
@@ -2406,7 +2453,7 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
 
 // Feeds ids from position 0, a block at a time, and writes every position's
 // logits (float32).
-static int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
+int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
     const Config *c = &t->config;
     int n;
     int *ids = read_ids(ids_path, ids_text, c->vocab_size, c->seq_len, &n);
@@ -2551,7 +2598,7 @@ static BenchRound bench_rounds(Transformer *t, const int *prompt, int n_prompt, 
     return (BenchRound){median(p, BENCH_RUNS), median(g, BENCH_RUNS), median(b, BENCH_RUNS), median(f, BENCH_RUNS)};
 }
 
-static int bench_mode(Transformer *t, const char *path) {
+int bench_mode(Transformer *t, const char *path) {
     const Config *c = &t->config;
     int n_prompt = c->seq_len / 2 < BENCH_PROMPT ? c->seq_len / 2 : BENCH_PROMPT;
     int n_generate = c->seq_len - n_prompt < BENCH_GENERATE ? c->seq_len - n_prompt : BENCH_GENERATE;
@@ -2611,104 +2658,98 @@ static int bench_mode(Transformer *t, const char *path) {
     return 0;
 }
 
-/* Quantize (-m quantize -o OUT --dtype q8_0|q4_0): rewrites any checkpoint
-   we read in our format (version 1, README) with Q8_0 or Q4_0 matrices in
-   GGUF's block layouts; norms stay F32. A row whose length is not a
-   multiple of 32 ends in a block padded with zeros. */
+/* Quantize: rewrites a checkpoint (any format run.c reads) in our format with
+   its matrices in F32, F16, Q8_0 or Q4_0, rounding as GGUF does. Norms stay
+   F32. */
 
-// A file being written, with its offset for the 64-byte alignment.
-typedef struct {
-    FILE *f;
-    uint64_t offset;
-    int err;
-} Writer;
-
-static void write_bytes(Writer *w, const void *p, size_t n) {
-    if (!w->err && fwrite(p, 1, n, w->f) != n) w->err = 1;
-    w->offset += n;
+// Writes zeros up to the next multiple of RUNC_ALIGN.
+static int write_padding(FILE *f) {
+    static const char zeros[RUNC_ALIGN];
+    long at = ftell(f);
+    size_t pad = at < 0 ? 0 : (RUNC_ALIGN - (size_t)at % RUNC_ALIGN) % RUNC_ALIGN;
+    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : fail("write failed: %s", strerror(errno));
 }
 
-// Zero bytes up to the next tensor boundary.
-static void write_align(Writer *w) {
-    static const unsigned char zeros[RUNC_ALIGN];
-    write_bytes(w, zeros, (size_t)((RUNC_ALIGN - w->offset % RUNC_ALIGN) % RUNC_ALIGN));
+static int write_floats(FILE *f, const float *x, int n) {
+    return fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n ? 0 : fail("write failed: %s", strerror(errno));
 }
 
-// Every row of m, quantized to type; row and bytes are scratch of m.cols
-// floats and type_row_bytes(type, m.cols) bytes.
-static void write_matrix(Writer *w, const Matrix *m, int type, float *row, unsigned char *bytes) {
+static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
+    size_t bytes = type_row_bytes(type, m->cols);
     for (int i = 0; i < m->rows; i++) {
         matrix_row(row, m, i);
-        quantize_row(bytes, row, m->cols, type);
-        write_bytes(w, bytes, type_row_bytes(type, m->cols));
+        if (quantize_row(out, row, m->cols, type) != 0) return fail("a weight is not finite (NaN or infinity)");
+        if (fwrite(out, 1, bytes, f) != bytes) return fail("write failed: %s", strerror(errno));
     }
+    return 0;
+}
+
+// The tensors of our format, in order (README), each aligned.
+static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    int err = write_padding(f); // each tensor is aligned; its layers follow back to back
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_att, c->dim);
+    err = err || write_padding(f);
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
+    err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
+    for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
+        err = write_padding(f);
+        for (int l = 0; l < c->n_layers && !err; l++) {
+            const LayerWeights *lw = &w->layers[l];
+            const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+            err = write_matrix(f, m[part], type, row, out);
+        }
+    }
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
+    return err ? -1 : 0;
 }
 
 static void put_i32(unsigned char *p, int32_t v) {
     uint32_t u = (uint32_t)v;
-    p[0] = (unsigned char)u, p[1] = (unsigned char)(u >> 8), p[2] = (unsigned char)(u >> 16), p[3] = (unsigned char)(u >> 24);
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
 }
 
-static void put_f32(unsigned char *p, float f) {
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    put_i32(p, i);
-}
-
-static void write_header(Writer *w, const Config *c, int type) {
-    unsigned char h[RUNC_HEADER_SIZE] = {0};
-    int32_t fields[] = {(int32_t)RUNC_MAGIC, RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
-                        c->n_kv_heads, c->vocab_size, c->seq_len, c->head_size};
-    for (int i = 0; i < 10; i++) put_i32(h + 4 * i, fields[i]);
-    put_f32(h + 40, c->rope_theta);
-    put_f32(h + 44, c->norm_eps);
-    put_i32(h + 48, c->shared_classifier);
-    put_i32(h + 52, c->bos_id);
-    put_i32(h + 56, c->eos_id);
-    put_i32(h + 60, type);
-    write_bytes(w, h, sizeof h);
-}
-
-// The tensors in walk_runc's order; the header's seq_len is the loaded one
-// (so -c caps it too).
-static int quantize_mode(Transformer *t, const char *out_path, int type) {
+// Writes t to out_path in our format with matrices of the given type. The
+// file appears only when complete (written beside it, then renamed).
+int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
     const Config *c = &t->config;
-    const TransformerWeights *tw = &t->weights;
+    if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    unsigned char header[RUNC_HEADER_SIZE] = {0};
+    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                        c->seq_len, c->head_size};
+    put_i32(header, (int32_t)RUNC_MAGIC);
+    for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
+    memcpy(header + 40, &c->rope_theta, 4);
+    memcpy(header + 44, &c->norm_eps, 4);
+    put_i32(header + 48, c->shared_classifier);
+    put_i32(header + 52, c->bos_id);
+    put_i32(header + 56, c->eos_id);
+    put_i32(header + 60, type);
+
+    size_t tmp_len = strlen(out_path) + 16;
+    char *tmp = malloc(tmp_len);
     int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
     float *row = malloc((size_t)widest * sizeof(float));
-    unsigned char *bytes = malloc(type_row_bytes(type, widest));
-    FILE *f = row && bytes ? fopen(out_path, "wb") : NULL;
-    if (!f) {
-        int err = row && bytes ? fail("%s: cannot write: %s", out_path, strerror(errno)) : fail("out of memory");
-        free(row);
-        free(bytes);
-        return err;
+    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
+    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
+    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
+    snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
+    if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
+        err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
+        char why[sizeof error_message];
+        snprintf(why, sizeof why, "%s", error_message);
+        err = fail("%s: %s", out_path, why);
     }
-    Writer w = {f, 0, 0};
-    write_header(&w, c, type);
-    for (int l = 0; l < c->n_layers; l++) write_bytes(&w, tw->layers[l].rms_att, (size_t)c->dim * sizeof(float));
-    write_align(&w);
-    for (int l = 0; l < c->n_layers; l++) write_bytes(&w, tw->layers[l].rms_ffn, (size_t)c->dim * sizeof(float));
-    write_align(&w);
-    write_bytes(&w, tw->rms_final, (size_t)c->dim * sizeof(float));
-    write_align(&w);
-    write_matrix(&w, &tw->token_embedding, type, row, bytes);
-    for (int m = 0; m < 7; m++) { // wq, wk, wv, wo, w1, w2, w3, each stacked over the layers
-        write_align(&w);
-        for (int l = 0; l < c->n_layers; l++) {
-            const LayerWeights *lw = &tw->layers[l];
-            const Matrix *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            write_matrix(&w, mats[m], type, row, bytes);
-        }
-    }
-    if (!c->shared_classifier) {
-        write_align(&w);
-        write_matrix(&w, &tw->wcls, type, row, bytes);
-    }
-    free(row);
-    free(bytes);
-    if (fclose(f) != 0 || w.err) return fail("%s: write failed", out_path);
-    return 0;
+    if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
+    if (err && f) remove(tmp);
+    free(tmp); free(row); free(out);
+    return err;
 }
 
 /* Chat: Llama 2's format. The first turn in the context carries the system
@@ -2819,6 +2860,10 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     TextOut text = {stdout, {0}, 0};
     int n = 0, prev = -1; // -1: a reply keeps its leading space
     while (n < limit && !interrupted) {
+        if (!logits_finite(logits, c->vocab_size)) {
+            fprintf(stderr, "\nrun: the model's logits are not finite (NaN or infinity); reply ended\n");
+            break;
+        }
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
         if (next == c->eos_id || next == c->bos_id) break;
         size_t len;
@@ -2903,7 +2948,7 @@ static void free_chat(Chat *chat) {
 }
 
 // The interactive loop; ends cleanly (0) at end of input.
-static int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
+int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
                      const char *first_message, int max_reply) {
     Chat chat = {t, tk, sampler, system, max_reply, NULL, 0, 0, NULL, 0, 0};
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
@@ -2945,7 +2990,7 @@ typedef struct {
     const char *output;        // -o
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
-    int dtype;                 // --dtype (quantize mode): TYPE_Q8_0, TYPE_Q4_0, or -1
+    int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
     int context;               // -c
     uint64_t seed;             // -s
@@ -2953,7 +2998,7 @@ typedef struct {
     SamplerParams sampling;
 } Options;
 
-static void usage(FILE *f) {
+void usage(FILE *f) {
     fprintf(f,
         "usage: run CHECKPOINT [options]\n"
         "  -t <float>  temperature, 0 = greedy (default 1.0)\n"
@@ -2971,10 +3016,10 @@ static void usage(FILE *f) {
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
         "  -m <mode>   generate | chat | tokenize | logits | bench | quantize (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
-        "  -o <file>   output file (logits mode)\n"
+        "  -o <file>   output file (logits and quantize modes)\n"
+        "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
         "  --kv <type>     KV cache: f32 (exact, default) or f16 (half the memory)\n"
-        "  --dtype <type>  quantize mode: q8_0 or q4_0 matrices\n"
         "  -h          this help\n");
 }
 
@@ -3009,8 +3054,16 @@ static int parse_seed(const char *s, uint64_t *out) {
     return 0;
 }
 
+static int parse_dtype(const char *s, int *type) {
+    const char *names[] = {"f32", "f16", "q8_0", "q4_0"};
+    const int types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) { *type = types[i]; return 0; }
+    return fail("--dtype: '%s' is not one of f32, f16, q8_0, q4_0", s);
+}
+
 // 0 ok; -1 with error_message naming the flag.
-static int parse_args(Options *o, int argc, char **argv) {
+int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){0};
     o->dtype = -1;
     o->mode = "generate";
@@ -3023,7 +3076,7 @@ static int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv", "--dtype"};
+                                      "-n", "-c", "--dtype", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -3051,10 +3104,7 @@ static int parse_args(Options *o, int argc, char **argv) {
             if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("--kv: '%s' is not f32 or f16", v);
             o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
         }
-        else if (!strcmp(flag, "--dtype")) {
-            if (strcmp(v, "q8_0") && strcmp(v, "q4_0")) return fail("--dtype: '%s' is not q8_0 or q4_0", v);
-            o->dtype = !strcmp(v, "q8_0") ? TYPE_Q8_0 : TYPE_Q4_0;
-        }
+        else if (!strcmp(flag, "--dtype")) err = parse_dtype(v, &o->dtype);
         else o->trace = v; // --trace
         if (err) return -1;
     }
@@ -3066,12 +3116,12 @@ static int parse_args(Options *o, int argc, char **argv) {
     if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype q8_0|q4_0");
+        return fail("-m quantize needs -o OUT_FILE and --dtype f32|f16|q8_0|q4_0");
     return 0;
 }
 
 // Reads a whole text file into a NUL-terminated buffer (caller frees).
-static char *read_text_file(const char *path, size_t *len) {
+char *read_text_file(const char *path, size_t *len) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
     FILE *f = fopen(path, "rb");
@@ -3096,12 +3146,6 @@ static char *read_text_file(const char *path, size_t *len) {
     return buf;
 }
 
-// 1 if the two paths name the same existing file.
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 #ifndef TESTING
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
@@ -3111,10 +3155,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
         return logits_mode(t, o->prompt_file, text, o->output);
     }
     if (!strcmp(o->mode, "bench")) return bench_mode(t, o->checkpoint);
-    if (!strcmp(o->mode, "quantize")) {
-        if (same_file(o->output, o->checkpoint)) return fail("%s: -o would overwrite the checkpoint", o->output);
-        return quantize_mode(t, o->output, o->dtype);
-    }
+    if (!strcmp(o->mode, "quantize")) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""make_hf.py: turn a llama2.c version 0 checkpoint into a Hugging Face Llama
+directory, as a test fixture for export.py --hf.
+
+    python3 test/make_hf.py IN_V0.bin OUT_DIR [--dtype f32|bf16] [--shards N] [--tied|--untied]
+
+Writes OUT_DIR/config.json and model.safetensors (or, with --shards N > 1,
+model-0000i-of-0000N.safetensors plus model.safetensors.index.json). q_proj
+and k_proj are permuted exactly as Hugging Face's convert_llama_weights_to_hf.py
+does (k_proj with num_key_value_heads). --tied (the default for a shared
+classifier) omits lm_head.weight; --untied writes it, copying the embeddings
+if the checkpoint has no separate classifier. bf16 rounds to nearest even.
+Needs numpy only.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+def read_v0(path):
+    """Header dict and {name: float32 array} of a llama2.c v0 checkpoint."""
+    data = np.fromfile(path, dtype=np.uint8)
+    dim, hidden, layers, heads, kv_heads, vocab, seq_len = struct.unpack("<7i", data[:28].tobytes())
+    shared = vocab > 0
+    vocab = abs(vocab)
+    head_size = dim // heads
+    kv_dim = kv_heads * head_size
+    floats = data[28:].view("<f4")
+    shapes = [
+        ("embed", (vocab, dim)),
+        ("rms_att", (layers, dim)),
+        ("wq", (layers, dim, dim)),
+        ("wk", (layers, kv_dim, dim)),
+        ("wv", (layers, kv_dim, dim)),
+        ("wo", (layers, dim, dim)),
+        ("rms_ffn", (layers, dim)),
+        ("w1", (layers, hidden, dim)),
+        ("w2", (layers, dim, hidden)),
+        ("w3", (layers, hidden, dim)),
+        ("rms_final", (dim,)),
+        ("rope_tables", (seq_len * head_size,)),
+    ]
+    if not shared:
+        shapes.append(("wcls", (vocab, dim)))
+    tensors, pos = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        tensors[name] = floats[pos:pos + n].reshape(shape)
+        pos += n
+    if pos != len(floats):
+        sys.exit(f"{path}: size does not match its v0 header")
+    header = dict(dim=dim, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
+                  vocab=vocab, seq_len=seq_len, shared=shared)
+    return header, tensors
+
+
+def hf_permute(w, n_heads, dim1, dim2):
+    """Hugging Face's convert_llama_weights_to_hf.py permute, literally:
+    w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)."""
+    return w.reshape(n_heads, dim1 // n_heads // 2, 2, dim2).swapaxes(1, 2).reshape(dim1, dim2)
+
+
+def hf_tensors(h, t, untied):
+    """(Hugging Face name, float32 array) in the order Hugging Face lists them."""
+    head_size = h["dim"] // h["heads"]
+    out = [("model.embed_tokens.weight", t["embed"])]
+    for l in range(h["layers"]):
+        p = f"model.layers.{l}."
+        out += [
+            (p + "self_attn.q_proj.weight", hf_permute(t["wq"][l], h["heads"], h["dim"], h["dim"])),
+            (p + "self_attn.k_proj.weight",
+             hf_permute(t["wk"][l], h["kv_heads"], h["kv_heads"] * head_size, h["dim"])),
+            (p + "self_attn.v_proj.weight", t["wv"][l]),
+            (p + "self_attn.o_proj.weight", t["wo"][l]),
+            (p + "mlp.gate_proj.weight", t["w1"][l]),
+            (p + "mlp.down_proj.weight", t["w2"][l]),
+            (p + "mlp.up_proj.weight", t["w3"][l]),
+            (p + "input_layernorm.weight", t["rms_att"][l]),
+            (p + "post_attention_layernorm.weight", t["rms_ffn"][l]),
+        ]
+    out.append(("model.norm.weight", t["rms_final"]))
+    if untied:
+        out.append(("lm_head.weight", t["embed"] if h["shared"] else t["wcls"]))
+    return out
+
+
+def to_bf16(w):
+    """float32 -> bfloat16 bits (uint16), rounding to nearest even."""
+    bits = np.ascontiguousarray(w, dtype="<f4").view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype("<u2")
+
+
+def write_safetensors(path, tensors, dtype):
+    """Writes [(name, float32 array)] as one safetensors file; returns its data size."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, w in tensors:
+        raw = to_bf16(w) if dtype == "bf16" else np.ascontiguousarray(w, dtype="<f4")
+        blob = raw.tobytes()
+        header[name] = {"dtype": dtype.upper(), "shape": list(w.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+    return offset
+
+
+def write_config(out_dir, h, untied, dtype):
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": h["dim"],
+        "intermediate_size": h["hidden"],
+        "num_hidden_layers": h["layers"],
+        "num_attention_heads": h["heads"],
+        "num_key_value_heads": h["kv_heads"],
+        "vocab_size": h["vocab"],
+        "max_position_embeddings": h["seq_len"],
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": not untied,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16" if dtype == "bf16" else "float32",
+    }
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("out_dir")
+    parser.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    parser.add_argument("--shards", type=int, default=1)
+    tie = parser.add_mutually_exclusive_group()
+    tie.add_argument("--tied", dest="untied", action="store_false", default=None)
+    tie.add_argument("--untied", dest="untied", action="store_true")
+    args = parser.parse_args()
+
+    h, t = read_v0(args.checkpoint)
+    untied = (not h["shared"]) if args.untied is None else args.untied
+    if not untied and not h["shared"]:
+        parser.error("--tied: this checkpoint has a separate classifier")
+    tensors = hf_tensors(h, t, untied)
+    if not 1 <= args.shards <= len(tensors):
+        parser.error(f"--shards must be in 1..{len(tensors)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    write_config(args.out_dir, h, untied, args.dtype)
+    if args.shards == 1:
+        write_safetensors(os.path.join(args.out_dir, "model.safetensors"), tensors, args.dtype)
+        return
+    weight_map, total, n = {}, 0, args.shards
+    for i in range(n):
+        part = tensors[i * len(tensors) // n:(i + 1) * len(tensors) // n]
+        name = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        total += write_safetensors(os.path.join(args.out_dir, name), part, args.dtype)
+        weight_map.update({tensor_name: name for tensor_name, _ in part})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    with open(os.path.join(args.out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

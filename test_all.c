@@ -1,0 +1,3945 @@
+/* test_all.c: the test suite of run.c.
+
+   Run from the repository root:   make test
+   (which builds ./run and ./test_all, then runs ./test_all ../shared).
+
+   It includes run.c with TESTING defined (run.c's main is compiled out), so
+   it can call the engine's internals: loaders, forward, tokenizer, sampler.
+   It also runs the built ./run binary for the command-line tests, and
+   /usr/bin/python3 (Debian's, with numpy) for export.py. Every check
+   compares against the shared reference data (argv[1], default ../shared) or
+   against an exact expectation computed here, independently of run.c.
+
+   Generated files go to build/ (ignored by git): the mkmodel tool, random
+   models, bad input files, scratch output.
+
+   Sections: framework; reference readers; model fixtures; tokenizer;
+   forward/logits; sampler; generation; CLI and bad input; chat; GGUF;
+   export.py; main. */
+
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#define TESTING
+#include "run.c"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+/* ============================================================================
+   Framework: results, files, directories, child processes */
+
+enum { PATH_SIZE = 1024, DETAIL_SIZE = 2048 };
+
+static int n_passed, n_failed;
+static const char *shared = "../shared";
+
+// Prints one result line, "ok   name" or "FAIL name: detail", and counts it.
+// A passing test may also carry a detail (a measurement). Returns ok.
+__attribute__((format(printf, 3, 4)))
+static int report(const char *name, int ok, const char *format, ...) {
+    char detail[DETAIL_SIZE] = "";
+    if (format) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(detail, sizeof detail, format, args);
+        va_end(args);
+    }
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
+    fflush(stdout);
+    if (ok) n_passed++;
+    else n_failed++;
+    return ok;
+}
+
+// snprintf, cutting overlong text short (the tests' paths and messages are
+// short; a cut message is still a message).
+__attribute__((format(printf, 3, 4)))
+static int format_text(char *buf, size_t size, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int n = vsnprintf(buf, size, format, args);
+    va_end(args);
+    return n;
+}
+
+// Writes a problem description for the caller to report; returns -1.
+__attribute__((format(printf, 3, 4)))
+static int set_problem(char *problem, size_t size, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(problem, size, format, args);
+    va_end(args);
+    return -1;
+}
+
+static void shared_path(char *out, const char *relative) {
+    format_text(out, PATH_SIZE, "%s/%s", shared, relative);
+}
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// A whole file in memory, NUL-terminated for convenience.
+typedef struct {
+    char *data;
+    size_t len;
+} Bytes;
+
+static void bytes_free(Bytes *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+}
+
+static int load_file(const char *path, Bytes *b) {
+    b->data = NULL;
+    b->len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t cap = 1 << 16;
+    char *data = malloc(cap + 1);
+    size_t n = 0, got;
+    while (data && (got = fread(data + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            cap *= 2;
+            char *bigger = realloc(data, cap + 1);
+            if (!bigger) free(data);
+            data = bigger;
+        }
+    }
+    int bad = ferror(f) || !data;
+    fclose(f);
+    if (bad) { free(data); return -1; }
+    data[n] = '\0';
+    b->data = data;
+    b->len = n;
+    return 0;
+}
+
+static int save_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t written = fwrite(data, 1, len, f);
+    int closed = fclose(f);
+    return written == len && closed == 0 ? 0 : -1;
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Writes text into buf as a short printable quote: escapes, cut at ~70 bytes.
+static const char *quoted(const char *text, size_t len, char *buf, size_t size) {
+    size_t o = 0;
+    buf[o++] = '"';
+    for (size_t i = 0; i < len && o + 8 < size; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (i >= 70) { o += (size_t)format_text(buf + o, size - o, "..."); break; }
+        if (c == '\n') o += (size_t)format_text(buf + o, size - o, "\\n");
+        else if (c == '\t') o += (size_t)format_text(buf + o, size - o, "\\t");
+        else if (c == '"' || c == '\\') o += (size_t)format_text(buf + o, size - o, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f) o += (size_t)format_text(buf + o, size - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+    return buf;
+}
+
+// Writes up to 16 ids as "[a b c ...]" into buf.
+static const char *id_list(const int *ids, int n, char *buf, size_t size) {
+    size_t o = (size_t)format_text(buf, size, "[");
+    for (int i = 0; i < n && i < 16 && o < size; i++)
+        o += (size_t)format_text(buf + o, size - o, i ? " %d" : "%d", ids[i]);
+    if (o < size) format_text(buf + o, size - o, n > 16 ? " ...] (%d ids)" : "]", n);
+    return buf;
+}
+
+// Sorted names in a directory: entries that end with suffix (NULL = any),
+// and only subdirectories when dirs_only. Hidden entries are left out.
+typedef struct {
+    char **names;
+    int n;
+} NameList;
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void names_free(NameList *list) {
+    for (int i = 0; i < list->n; i++) free(list->names[i]);
+    free(list->names);
+    list->names = NULL;
+    list->n = 0;
+}
+
+static int list_names(const char *dir, const char *suffix, int dirs_only, NameList *list) {
+    list->names = NULL;
+    list->n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        size_t len = strlen(name);
+        if (name[0] == '.') continue;
+        if (suffix && (len < strlen(suffix) || strcmp(name + len - strlen(suffix), suffix) != 0)) continue;
+        char full[PATH_SIZE];
+        struct stat st;
+        format_text(full, sizeof full, "%s/%s", dir, name);
+        if (stat(full, &st) != 0 || (dirs_only && !S_ISDIR(st.st_mode))) continue;
+        char **grown = realloc(list->names, (size_t)(list->n + 1) * sizeof(char *));
+        if (!grown) break;
+        list->names = grown;
+        list->names[list->n++] = strdup(name);
+    }
+    closedir(d);
+    if (list->n > 0) qsort(list->names, (size_t)list->n, sizeof(char *), compare_names);
+    return 0;
+}
+
+// Runs argv (argv[0] searched in PATH unless it has a slash) with stdin from
+// in_path and stdout / stderr into the given files (NULL: /dev/null for
+// each), killed after timeout seconds. Returns the exit status, -signal if
+// killed, or -1000 if it could not be started.
+static int spawn_input(char *const argv[], const char *in_path, const char *out_path, const char *err_path,
+                       int timeout) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1000;
+    if (pid == 0) {
+        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+        int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path ? err_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || out < 0 || err < 0) _exit(127);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        alarm((unsigned)timeout); // a pending alarm survives exec
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1000;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return -WTERMSIG(status);
+    return -1000;
+}
+
+static int spawn(char *const argv[], const char *out_path, const char *err_path, int timeout) {
+    return spawn_input(argv, NULL, out_path, err_path, timeout);
+}
+
+static const char *status_text(int status, char *buf, size_t size) {
+    if (status == -1000) format_text(buf, size, "could not be run");
+    else if (status < 0) format_text(buf, size, "killed by signal %d", -status);
+    else format_text(buf, size, "exit status %d", status);
+    return buf;
+}
+
+// Lines in b; a last line without a newline counts too.
+static int count_lines(const Bytes *b) {
+    int n = 0;
+    for (size_t i = 0; i < b->len; i++) n += b->data[i] == '\n';
+    if (b->len > 0 && b->data[b->len - 1] != '\n') n++;
+    return n;
+}
+
+// Redirects this process's stderr into a file (for run.c's timing lines);
+// returns the saved descriptor for stderr_restore.
+static int stderr_to_file(const char *path) {
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) { dup2(fd, 2); close(fd); }
+    return saved;
+}
+
+static void stderr_restore(int saved) {
+    fflush(stderr);
+    if (saved >= 0) { dup2(saved, 2); close(saved); }
+}
+
+// Points descriptor fd (0 or 1) at a file opened with flags; returns the
+// saved descriptor for fd_restore. For running a mode in this process.
+static int fd_to_file(int fd, const char *path, int flags) {
+    fflush(stdout);
+    int saved = dup(fd);
+    int file = open(path, flags, 0644);
+    if (file >= 0) { dup2(file, fd); close(file); }
+    return saved;
+}
+
+static void fd_restore(int fd, int saved) {
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, fd); close(saved); }
+    clearerr(stdin);
+}
+
+// A growable array of ints (token ids).
+typedef struct {
+    int *v;
+    int n, cap;
+} IntList;
+
+static void ints_add(IntList *l, const int *ids, int n) {
+    if (n <= 0) return;
+    if (l->n + n > l->cap) {
+        int cap = l->cap > 0 ? l->cap : 64;
+        while (cap < l->n + n) cap *= 2;
+        int *grown = realloc(l->v, (size_t)cap * sizeof(int));
+        if (!grown) { fprintf(stderr, "test_all: out of memory\n"); exit(1); }
+        l->v = grown;
+        l->cap = cap;
+    }
+    memcpy(l->v + l->n, ids, (size_t)n * sizeof(int));
+    l->n += n;
+}
+
+static void ints_free(IntList *l) {
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+// Index of the first difference between a[0..na) and b[0..nb); -1 if equal.
+static int first_difference(const int *a, int na, const int *b, int nb) {
+    for (int i = 0; i < na || i < nb; i++)
+        if (i >= na || i >= nb || a[i] != b[i]) return i;
+    return -1;
+}
+
+/* ============================================================================
+   Reference readers */
+
+// Whitespace-separated integers; -1 on anything else.
+static int parse_ints(const char *text, size_t len, int **out, int *n) {
+    char *copy = malloc(len + 1);
+    int *ids = malloc((len / 2 + 1) * sizeof(int));
+    *out = NULL;
+    *n = 0;
+    if (!copy || !ids) { free(copy); free(ids); return -1; }
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    int count = 0;
+    for (char *p = copy;;) {
+        while (isspace((unsigned char)*p)) p++;
+        if (*p == '\0') break;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && !isspace((unsigned char)*end))) { free(copy); free(ids); return -1; }
+        ids[count++] = (int)v;
+        p = end;
+    }
+    free(copy);
+    *out = ids;
+    *n = count;
+    return 0;
+}
+
+static int load_ints(const char *path, int **out, int *n) {
+    Bytes b;
+    if (load_file(path, &b) != 0) return -1;
+    int err = parse_ints(b.data, b.len, out, n);
+    bytes_free(&b);
+    return err;
+}
+
+static uint32_t get_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static float le_float(const unsigned char *p) {
+    uint32_t u = get_le32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void put_le_float(unsigned char *p, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_le32(p, u);
+}
+
+// A file of little-endian float32 values.
+static int load_floats(const char *path, float **out, size_t *n) {
+    Bytes b;
+    *out = NULL;
+    *n = 0;
+    if (load_file(path, &b) != 0) return -1;
+    if (b.len % 4 != 0) { bytes_free(&b); return -1; }
+    float *x = malloc(b.len + 4);
+    if (!x) { bytes_free(&b); return -1; }
+    for (size_t i = 0; i < b.len / 4; i++) x[i] = le_float((const unsigned char *)b.data + 4 * i);
+    *out = x;
+    *n = b.len / 4;
+    bytes_free(&b);
+    return 0;
+}
+
+// Pieces of one file: the cases of a .inp file, or the lines of a .out file.
+typedef struct {
+    Bytes file;
+    size_t *start, *len;
+    int n;
+} Pieces;
+
+static void pieces_free(Pieces *p) {
+    bytes_free(&p->file);
+    free(p->start);
+    free(p->len);
+    p->start = p->len = NULL;
+    p->n = 0;
+}
+
+static void pieces_add(Pieces *p, size_t start, size_t len) {
+    p->start = realloc(p->start, (size_t)(p->n + 1) * sizeof(size_t));
+    p->len = realloc(p->len, (size_t)(p->n + 1) * sizeof(size_t));
+    p->start[p->n] = start;
+    p->len[p->n] = len;
+    p->n++;
+}
+
+// llama.cpp's vocab test format: every case is followed by the line
+// __ggml_vocab_test__; the case's text ends just before the newline that
+// precedes that line, so cases may be empty or consist of newlines.
+static int load_inp_cases(const char *path, Pieces *cases) {
+    static const char marker[] = "\n__ggml_vocab_test__";
+    size_t marker_len = strlen(marker);
+    memset(cases, 0, sizeof *cases);
+    if (load_file(path, &cases->file) != 0) return -1;
+    const char *data = cases->file.data;
+    size_t pos = 0, len = cases->file.len;
+    while (pos < len) {
+        const char *hit = NULL;
+        for (const char *p = data + pos; (p = strstr(p, marker)) != NULL; p++) {
+            char after = p[marker_len];
+            if (after == '\n' || after == '\0') { hit = p; break; }
+        }
+        if (!hit) return -1; // text after the last marker
+        pieces_add(cases, pos, (size_t)(hit - data) - pos);
+        pos = (size_t)(hit - data) + marker_len + 1;
+    }
+    return 0;
+}
+
+// Lines, without their newlines; a final newline does not start a new line.
+static int load_lines(const char *path, Pieces *lines) {
+    memset(lines, 0, sizeof *lines);
+    if (load_file(path, &lines->file) != 0) return -1;
+    size_t start = 0, len = lines->file.len;
+    for (size_t i = 0; i < len; i++) {
+        if (lines->file.data[i] == '\n') {
+            pieces_add(lines, start, i - start);
+            start = i + 1;
+        }
+    }
+    if (start < len) pieces_add(lines, start, len - start);
+    return 0;
+}
+
+/* ============================================================================
+   Model fixtures: mkmodel, random models, model.txt, version 0 layout */
+
+static int mkmodel_state; // 0 not built yet, 1 built, -1 failed
+
+static int build_mkmodel(void) {
+    if (mkmodel_state != 0) return mkmodel_state > 0 ? 0 : -1;
+    char source[PATH_SIZE];
+    shared_path(source, "tools/mkmodel.c");
+    char *argv[] = {"cc", "-O2", "-o", "build/mkmodel.tmp", source, NULL};
+    int status = spawn(argv, NULL, "build/tmp/mkmodel-cc.err", 120);
+    if (status == 0 && rename("build/mkmodel.tmp", "build/mkmodel") == 0) mkmodel_state = 1;
+    else mkmodel_state = -1;
+    return mkmodel_state > 0 ? 0 : -1;
+}
+
+// build/models/NAME.bin made by "mkmodel OUT ARGS..." unless already there.
+// args ends with NULL. 0 ok with path filled, -1 on failure.
+static int make_model(const char *name, const char *const args[], char *path) {
+    format_text(path, PATH_SIZE, "build/models/%s.bin", name);
+    if (file_exists(path)) return 0;
+    if (build_mkmodel() != 0) return -1;
+    char tmp[PATH_SIZE];
+    format_text(tmp, sizeof tmp, "build/models/%s.tmp", name);
+    char *argv[32] = {"build/mkmodel", tmp};
+    int n = 2;
+    for (int i = 0; args[i] && n < 31; i++) argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    if (spawn(argv, NULL, "build/tmp/mkmodel.err", 300) != 0) { remove(tmp); return -1; }
+    return rename(tmp, path);
+}
+
+// Copies the word at p made of letters, digits, '_' and '-' into out.
+static const char *read_word(const char *p, char *out, size_t size) {
+    size_t n = 0;
+    while ((isalnum((unsigned char)*p) || *p == '_' || *p == '-') && n + 1 < size) out[n++] = *p++;
+    out[n] = '\0';
+    return p;
+}
+
+// Turns a model description (reference model.txt) into a checkpoint path:
+//   "mkmodel PRESET (seed N)..." or "mkmodel FILE.bin PRESET ..." -> built by mkmodel
+//   "NAME.bin ..." (also "NAME.gguf: ...")                          -> SHARED/models/*/NAME
+// 0 ok; -1 with problem filled.
+static int resolve_model(const char *description, char *path, char *problem, size_t problem_size) {
+    const char *p = description;
+    while (isspace((unsigned char)*p)) p++;
+    if (strncmp(p, "mkmodel ", 8) == 0) {
+        char preset[64], seed_text[32];
+        p = read_word(p + 8, preset, sizeof preset);
+        if (strncmp(p, ".bin ", 5) == 0) read_word(p + 5, preset, sizeof preset); // "mkmodel s15m.bin s15m"
+        long seed = 1;
+        const char *s = strstr(p, "(seed ");
+        if (s) seed = strtol(s + 6, NULL, 10);
+        else if ((s = strstr(p, "--seed ")) != NULL) seed = strtol(s + 7, NULL, 10);
+        if (preset[0] == '\0' || seed < 0) {
+            format_text(problem, problem_size, "cannot read a preset from model.txt");
+            return -1;
+        }
+        format_text(seed_text, sizeof seed_text, "%ld", seed);
+        char name[128];
+        format_text(name, sizeof name, "%s-seed%ld", preset, seed);
+        const char *args[] = {preset, "--seed", seed_text, NULL};
+        if (make_model(name, args, path) != 0) {
+            format_text(problem, problem_size, "mkmodel %s --seed %ld failed", preset, seed);
+            return -1;
+        }
+        return 0;
+    }
+    char file[256];
+    size_t n = 0;
+    while (p[n] && !isspace((unsigned char)p[n]) && n + 1 < sizeof file) { file[n] = p[n]; n++; }
+    while (n > 0 && strchr(":;,", file[n - 1])) n--;
+    file[n] = '\0';
+    char models[PATH_SIZE];
+    shared_path(models, "models");
+    NameList dirs;
+    list_names(models, NULL, 1, &dirs);
+    int found = 0;
+    for (int i = 0; i < dirs.n && !found; i++) {
+        format_text(path, PATH_SIZE, "%s/%s/%s", models, dirs.names[i], file);
+        found = file_exists(path);
+    }
+    names_free(&dirs);
+    if (!found) format_text(problem, problem_size, "model file '%s' not found under %s/*/", file, models);
+    return found ? 0 : -1;
+}
+
+// A version 0 checkpoint's shape and where each tensor lies in the file.
+typedef struct {
+    int dim, hidden, layers, heads, kv_heads, vocab, seq, shared_classifier;
+} Shape;
+
+enum { T_EMBEDDING, T_RMS_ATT, T_WQ, T_WK, T_WV, T_WO, T_RMS_FFN, T_W1, T_W2, T_W3, T_RMS_FINAL, T_WCLS,
+       N_TENSORS };
+
+typedef struct {
+    size_t offset, floats; // bytes from the start of the file; float count (0: absent)
+} Span;
+
+// Reads a well-formed version 0 file's header and tensor layout; -1 if the
+// file is not one (the tests only feed it their own fixtures).
+static int v0_layout(const Bytes *file, Shape *s, Span spans[N_TENSORS]) {
+    if (file->len < 28) return -1;
+    const unsigned char *h = (const unsigned char *)file->data;
+    int v[7];
+    for (int i = 0; i < 7; i++) v[i] = (int)get_le32(h + 4 * i);
+    *s = (Shape){v[0], v[1], v[2], v[3], v[4], abs(v[5]), v[6], v[5] > 0};
+    if (s->dim <= 0 || s->hidden <= 0 || s->layers <= 0 || s->heads <= 0 || s->kv_heads <= 0 ||
+        s->vocab <= 0 || s->seq <= 0 || s->dim % s->heads || s->heads % s->kv_heads)
+        return -1;
+    size_t dim = (size_t)s->dim, hid = (size_t)s->hidden, L = (size_t)s->layers, hs = dim / (size_t)s->heads;
+    size_t kv_dim = hs * (size_t)s->kv_heads, vocab = (size_t)s->vocab;
+    size_t counts[N_TENSORS] = {vocab * dim, L * dim, L * dim * dim, L * kv_dim * dim, L * kv_dim * dim,
+                                L * dim * dim, L * dim, L * hid * dim, L * dim * hid, L * hid * dim, dim,
+                                s->shared_classifier ? 0 : vocab * dim};
+    size_t offset = 28;
+    for (int t = 0; t < N_TENSORS; t++) {
+        if (t == T_WCLS) offset += (size_t)s->seq * hs * 4; // two legacy RoPE tables of seq * hs / 2
+        spans[t] = (Span){offset, counts[t]};
+        offset += counts[t] * 4;
+    }
+    return offset == file->len ? 0 : -1;
+}
+
+/* ============================================================================
+   Tokenizer */
+
+// Which tokenizer a reference file uses, the SentencePiece model it was
+// exported from, and a checkpoint of the same vocabulary size (described
+// like model.txt) for the command-line tests.
+typedef struct {
+    const char *prefix;
+    const char *tokenizer;
+    int vocab_size;
+    const char *sentencepiece_model;
+    const char *model;
+} VocabInfo;
+
+static const VocabInfo vocabularies[] = {
+    {"llama2_", "models/llama2/tokenizer.bin", 32000, "models/llama2/tokenizer.model", "mkmodel s15m (seed 1)"},
+    {"tok512_", "models/stories260K/tok512.bin", 512, "models/stories260K/tok512.model", "stories260K.bin"},
+};
+
+static const VocabInfo *vocab_for(const char *file_name) {
+    for (size_t i = 0; i < sizeof vocabularies / sizeof vocabularies[0]; i++)
+        if (strncmp(file_name, vocabularies[i].prefix, strlen(vocabularies[i].prefix)) == 0)
+            return &vocabularies[i];
+    return NULL;
+}
+
+// Reads a protobuf varint at *p (below end); -1 if it runs past the end.
+static int read_varint(const unsigned char **p, const unsigned char *end, uint64_t *value) {
+    *value = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        unsigned char c = *(*p)++;
+        *value |= (uint64_t)(c & 0x7f) << shift;
+        if (c < 0x80) return 0;
+    }
+    return -1;
+}
+
+// Finds field number `field` of a protobuf message: its value (varint) or
+// its bytes (length-delimited). 1 found, 0 absent, -1 malformed.
+static int find_proto_field(const unsigned char *p, const unsigned char *end, int field, uint64_t *value,
+                            const unsigned char **bytes) {
+    while (p < end) {
+        uint64_t key, v = 0;
+        if (read_varint(&p, end, &key) != 0) return -1;
+        int type = (int)(key & 7);
+        if (type == 0 && read_varint(&p, end, &v) != 0) return -1;
+        if (type == 2 && (read_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p))) return -1;
+        if (type == 1 || type == 5) { if (end - p < (type == 1 ? 8 : 4)) return -1; p += type == 1 ? 8 : 4; }
+        if (type != 0 && type != 1 && type != 2 && type != 5) return -1;
+        if ((int)(key >> 3) == field) { *value = v; *bytes = p; return 1; }
+        if (type == 2) p += v;
+    }
+    return 0;
+}
+
+// SentencePiece's normalizer_spec.remove_extra_whitespaces (field 3, then 4;
+// true when absent) from a .model file. 0 ok, -1 unreadable.
+static int read_remove_extra_whitespaces(const char *path, int *flag) {
+    Bytes file;
+    if (load_file(path, &file) != 0) return -1;
+    const unsigned char *start = (const unsigned char *)file.data, *end = start + file.len, *spec;
+    uint64_t spec_len, value;
+    int found = find_proto_field(start, end, 3, &spec_len, &spec);
+    *flag = 1;
+    if (found == 1) found = find_proto_field(spec, spec + spec_len, 4, &value, &spec);
+    if (found == 1) *flag = value != 0;
+    bytes_free(&file);
+    return found < 0 ? -1 : 0;
+}
+
+// The text that decoding an encoding gives back, by SentencePiece's rules:
+// with remove_extra_whitespaces, leading spaces go and runs of spaces become
+// one; a literal U+2581 is the space symbol and comes back as a space; then
+// with remove_extra_whitespaces trailing spaces (of either kind) go.
+// out needs len + 1 bytes; returns the length.
+static size_t sentencepiece_normalized(const char *text, size_t len, int remove_extra, char *out) {
+    size_t n = 0;
+    int prev_space = remove_extra;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ' && prev_space) continue;
+        prev_space = remove_extra && text[i] == ' ';
+        if (i + 2 < len && memcmp(text + i, "\xe2\x96\x81", 3) == 0) { out[n++] = ' '; i += 2; continue; }
+        out[n++] = text[i];
+    }
+    while (remove_extra && n > 0 && out[n - 1] == ' ') n--;
+    out[n] = '\0';
+    return n;
+}
+
+static int open_vocab(const VocabInfo *v, Tokenizer *tk) {
+    char path[PATH_SIZE];
+    shared_path(path, v->tokenizer);
+    return tokenizer_open(tk, path, v->vocab_size);
+}
+
+// The ids of text[0..len): room for len + 3 ids, as encode requires.
+static int *encode_text(Tokenizer *tk, const char *text, size_t len, int add_bos, int *n) {
+    int *ids = malloc((len + 3) * sizeof(int));
+    if (ids && encode(tk, text, len, add_bos, 0, ids, n) != 0) { free(ids); ids = NULL; }
+    return ids;
+}
+
+// Concatenates decode(prev, token) over ids[1..n), each after its predecessor.
+static char *decode_ids(Tokenizer *tk, const int *ids, int n, size_t *out_len) {
+    size_t cap = 64, len = 0;
+    char *out = malloc(cap);
+    for (int i = 1; i < n && out; i++) {
+        size_t piece_len;
+        const char *piece = decode(tk, ids[i - 1], ids[i], &piece_len);
+        while (out && len + piece_len + 1 > cap) { cap *= 2; out = realloc(out, cap); }
+        if (out) { memcpy(out + len, piece, piece_len); len += piece_len; }
+    }
+    if (out) out[len] = '\0';
+    *out_len = len;
+    return out;
+}
+
+// Every case of NAME.inp encodes (no BOS) to the ids on its line of NAME.out,
+// with the file's own tokenizer, or with tokenizer_path when it is given
+// (the same vocabulary in another file).
+static void test_tokenizer_file(const char *dir, const char *inp_name, const char *tokenizer_path) {
+    char name[256], inp[PATH_SIZE], out[PATH_SIZE], base[256], got[256], want[256], text[256];
+    format_text(base, sizeof base, "%.*s", (int)(strlen(inp_name) - 4), inp_name);
+    if (tokenizer_path) format_text(name, sizeof name, "tokenizer %s with %s", base, tokenizer_path);
+    else format_text(name, sizeof name, "tokenizer %s", base);
+    format_text(inp, sizeof inp, "%s/%s.inp", dir, base);
+    format_text(out, sizeof out, "%s/%s.out", dir, base);
+    const VocabInfo *v = vocab_for(base);
+    if (!v) { report(name, 0, "no tokenizer is known for this file name"); return; }
+    Pieces cases, lines;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (load_lines(out, &lines) != 0) { pieces_free(&cases); report(name, 0, "cannot read %s", out); return; }
+    Tokenizer tk;
+    int opened = tokenizer_path ? tokenizer_open(&tk, tokenizer_path, v->vocab_size) : open_vocab(v, &tk);
+    if (opened != 0) {
+        report(name, 0, "tokenizer_open: %s", error_message);
+    } else if (cases.n != lines.n || cases.n == 0) {
+        report(name, 0, "%d cases in .inp but %d lines in .out", cases.n, lines.n);
+        tokenizer_close(&tk);
+    } else {
+        int matched = 0, first_bad = -1;
+        char detail[DETAIL_SIZE] = "";
+        for (int c = 0; c < cases.n; c++) {
+            const char *case_text = cases.file.data + cases.start[c];
+            int *expect, n_expect, n_ids;
+            if (parse_ints(lines.file.data + lines.start[c], lines.len[c], &expect, &n_expect) != 0) {
+                format_text(detail, sizeof detail, ".out line %d is not a list of ids", c + 1);
+                break;
+            }
+            int *ids = encode_text(&tk, case_text, cases.len[c], 0, &n_ids);
+            int same = ids && n_ids == n_expect && memcmp(ids, expect, (size_t)n_ids * sizeof(int)) == 0;
+            matched += same;
+            if (!same && first_bad < 0) {
+                first_bad = c;
+                format_text(detail, sizeof detail, "first mismatch: case %d %s: got %s, want %s", c + 1,
+                         quoted(case_text, cases.len[c], text, sizeof text),
+                         ids ? id_list(ids, n_ids, got, sizeof got) : "(encode failed)",
+                         id_list(expect, n_expect, want, sizeof want));
+            }
+            free(ids);
+            free(expect);
+        }
+        report(name, matched == cases.n, "%d/%d cases match%s%s", matched, cases.n, detail[0] ? "; " : "",
+               detail);
+        tokenizer_close(&tk);
+    }
+    pieces_free(&cases);
+    pieces_free(&lines);
+}
+
+// Encoding with BOS and decoding token by token gives back every case's
+// text, exactly as SentencePiece normalizes it (for a vocabulary whose model
+// keeps all whitespace, that is the text itself except for U+2581).
+static void test_roundtrip_file(const char *dir, const char *inp_name) {
+    char name[256], inp[PATH_SIZE], base[256], text[256], back[256], sp_model[PATH_SIZE];
+    format_text(base, sizeof base, "%.*s", (int)(strlen(inp_name) - 4), inp_name);
+    format_text(name, sizeof name, "decode(encode(text)) == SentencePiece-normalized text, %s", base);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    const VocabInfo *v = vocab_for(base);
+    Pieces cases;
+    Tokenizer tk;
+    int remove_extra;
+    if (!v) { report(name, 0, "no tokenizer is known for this file name"); return; }
+    shared_path(sp_model, v->sentencepiece_model);
+    if (read_remove_extra_whitespaces(sp_model, &remove_extra) != 0) {
+        report(name, 0, "cannot read %s", sp_model);
+        return;
+    }
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); pieces_free(&cases); return; }
+    int matched = 0;
+    char detail[DETAIL_SIZE] = "";
+    for (int c = 0; c < cases.n; c++) {
+        const char *case_text = cases.file.data + cases.start[c];
+        int n_ids;
+        size_t len = 0;
+        int *ids = encode_text(&tk, case_text, cases.len[c], 1, &n_ids);
+        char *decoded = ids ? decode_ids(&tk, ids, n_ids, &len) : NULL;
+        char *expect = malloc(cases.len[c] + 1);
+        size_t expect_len = sentencepiece_normalized(case_text, cases.len[c], remove_extra, expect);
+        int same = decoded && len == expect_len && memcmp(decoded, expect, len) == 0;
+        matched += same;
+        if (!same && !detail[0])
+            format_text(detail, sizeof detail, "; first mismatch: case %d %s decodes to %s", c + 1,
+                        quoted(expect, expect_len, text, sizeof text),
+                        decoded ? quoted(decoded, len, back, sizeof back) : "(failed)");
+        free(ids);
+        free(decoded);
+        free(expect);
+    }
+    report(name, matched == cases.n && cases.n > 0, "%d/%d cases (remove_extra_whitespaces %d)%s", matched, cases.n,
+           remove_extra, detail);
+    tokenizer_close(&tk);
+    pieces_free(&cases);
+}
+
+// Every <0xXX> piece decodes to exactly the one byte XX.
+static void test_byte_tokens(const VocabInfo *v) {
+    char name[256];
+    format_text(name, sizeof name, "decode: byte tokens give their raw byte (%s)", v->tokenizer);
+    Tokenizer tk;
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); return; }
+    int found = 0, bad_id = -1;
+    for (int id = 0; id < tk.vocab_size; id++) {
+        const char *p = tk.vocab[id];
+        unsigned int byte;
+        char close;
+        if (strlen(p) != 6 || sscanf(p, "<0x%2X%c", &byte, &close) != 2 || close != '>') continue;
+        found++;
+        size_t len;
+        const char *out = decode(&tk, id, id, &len); // after a non-BOS token
+        if ((len != 1 || (unsigned char)out[0] != byte) && bad_id < 0) bad_id = id;
+    }
+    if (bad_id >= 0) report(name, 0, "token %d (%s) does not decode to its byte", bad_id, tk.vocab[bad_id]);
+    else report(name, found > 0, "%d byte tokens", found);
+    tokenizer_close(&tk);
+}
+
+// A character missing from the vocabulary is spelled in byte tokens and
+// decoding them one by one gives the UTF-8 bytes back intact.
+static void test_byte_fallback_utf8(const VocabInfo *v) {
+    static const char *candidates[] = {"\xc3\xa9", "\xf0\x9f\x98\x80", "\xe4\xb8\xad", "\xd0\xb6"}; // é 😀 中 ж
+    const char *name = "decode: a multi-byte character spelled in byte tokens comes back intact";
+    Tokenizer tk;
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); return; }
+    int done = 0;
+    for (size_t c = 0; c < sizeof candidates / sizeof candidates[0] && !done; c++) {
+        char text[64], shown_in[128], shown_out[128];
+        format_text(text, sizeof text, "a%s b", candidates[c]);
+        int n_ids, high_bytes = 0;
+        size_t len;
+        int *ids = encode_text(&tk, text, strlen(text), 1, &n_ids);
+        if (!ids) continue;
+        for (int i = 1; i < n_ids; i++) {
+            size_t piece_len;
+            const char *piece = decode(&tk, ids[i - 1], ids[i], &piece_len);
+            high_bytes += piece_len == 1 && (unsigned char)piece[0] >= 0x80;
+        }
+        if (high_bytes >= 2) { // byte fallback happened: this is the case to check
+            char *back = decode_ids(&tk, ids, n_ids, &len);
+            int same = back && len == strlen(text) && memcmp(back, text, len) == 0;
+            report(name, same, "%s -> %d ids -> %s", quoted(text, strlen(text), shown_in, sizeof shown_in),
+                   n_ids, back ? quoted(back, len, shown_out, sizeof shown_out) : "(failed)");
+            free(back);
+            done = 1;
+        }
+        free(ids);
+    }
+    if (!done) report(name, 0, "none of the candidate characters was encoded with byte tokens");
+    tokenizer_close(&tk);
+}
+
+// The leading space of a piece is dropped right after BOS, and only there.
+static void test_bos_space(const VocabInfo *v) {
+    const char *name = "decode: leading space stripped only after BOS";
+    Tokenizer tk;
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); return; }
+    int n_ids;
+    int *ids = encode_text(&tk, "Hello world", 11, 1, &n_ids);
+    if (!ids || n_ids < 3) {
+        report(name, 0, "encode(\"Hello world\") gave %d ids", ids ? n_ids : -1);
+    } else {
+        int bos = ids[0], first = ids[1], second = ids[2];
+        const char *piece = tk.vocab[first];
+        size_t after_bos_len, after_other_len;
+        const char *after_bos = decode(&tk, bos, first, &after_bos_len);
+        char after_bos_copy[256];
+        format_text(after_bos_copy, sizeof after_bos_copy, "%.*s", (int)after_bos_len, after_bos);
+        const char *after_other = decode(&tk, second, first, &after_other_len);
+        if (piece[0] != ' ') report(name, 0, "first piece '%s' lacks the dummy-prefix space", piece);
+        else if (strcmp(after_bos_copy, piece + 1) != 0)
+            report(name, 0, "after BOS: got '%s', want '%s'", after_bos_copy, piece + 1);
+        else if (after_other_len != strlen(piece) || memcmp(after_other, piece, after_other_len) != 0)
+            report(name, 0, "after token %d: got '%.*s', want '%s'", second, (int)after_other_len, after_other,
+                   piece);
+        else report(name, 1, NULL);
+    }
+    free(ids);
+    tokenizer_close(&tk);
+}
+
+// Long prompts encode quickly (the merge loop must not be quadratic).
+static void test_encode_speed(const VocabInfo *v, const char *dir, const char *inp_name) {
+    const char *name = "encode: 10,000-character prompts take well under a second";
+    char inp[PATH_SIZE];
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    Tokenizer tk;
+    Pieces cases;
+    if (load_inp_cases(inp, &cases) != 0 || cases.n == 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); pieces_free(&cases); return; }
+    size_t size = 12000;
+    char *prose = malloc(size + 1), *same = malloc(size + 1);
+    size_t n = 0;
+    for (int c = 0; n < size; c = (c + 1) % cases.n)
+        for (size_t i = 0; i <= cases.len[c] && n < size; i++)
+            prose[n++] = i < cases.len[c] ? cases.file.data[cases.start[c] + i] : ' ';
+    memset(same, 'a', size);
+    const char *texts[] = {prose, same};
+    double worst = 0;
+    int ok = 1;
+    for (int i = 0; i < 2; i++) {
+        int n_ids;
+        double start = seconds_now();
+        int *ids = encode_text(&tk, texts[i], size, 1, &n_ids);
+        double took = seconds_now() - start;
+        ok &= ids != NULL;
+        if (took > worst) worst = took;
+        free(ids);
+    }
+    report(name, ok && worst < 1.0, "%zu bytes, slowest %.3f s%s", size, worst, ok ? "" : ", encode failed");
+    free(prose);
+    free(same);
+    tokenizer_close(&tk);
+    pieces_free(&cases);
+}
+
+static void tokenizer_tests(void) {
+    char dir[PATH_SIZE];
+    shared_path(dir, "reference/tokenizer");
+    NameList files;
+    if (list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
+        report("tokenizer reference files", 0, "no .inp files in %s", dir);
+        return;
+    }
+    for (int i = 0; i < files.n; i++) test_tokenizer_file(dir, files.names[i], NULL);
+    for (int i = 0; i < files.n; i++) test_roundtrip_file(dir, files.names[i]);
+    for (size_t i = 0; i < sizeof vocabularies / sizeof vocabularies[0]; i++) test_byte_tokens(&vocabularies[i]);
+    const VocabInfo *small = vocab_for("tok512_"), *llama = vocab_for("llama2_");
+    test_byte_fallback_utf8(small);
+    test_bos_space(small);
+    test_bos_space(llama);
+    for (int i = 0; i < files.n; i++)
+        if (vocab_for(files.names[i]) == llama) { test_encode_speed(llama, dir, files.names[i]); break; }
+    names_free(&files);
+}
+
+/* ============================================================================
+   Forward / logits */
+
+// max |ours - ref| / max |ref| over one row (infinite if ours is not finite).
+static double row_error(const float *ours, const float *ref, int n) {
+    double max_diff = 0, max_ref = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(ours[i])) return INFINITY;
+        double d = fabs((double)ours[i] - ref[i]);
+        if (d > max_diff) max_diff = d;
+        if (fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);
+    }
+    return max_ref > 0 ? max_diff / max_ref : (max_diff > 0 ? INFINITY : 0);
+}
+
+// A reference case: ids fed, positions kept, their logits.
+typedef struct {
+    int *ids, n_ids, *rows, n_rows;
+    float *logits;
+    size_t n_logits;
+} LogitsCase;
+
+static void logits_case_free(LogitsCase *c) {
+    free(c->ids);
+    free(c->rows);
+    free(c->logits);
+    memset(c, 0, sizeof *c);
+}
+
+// Reads CASE/{ids.txt,rows.txt,logits.f32}, checked against vocab_size.
+static int load_logits_case(const char *case_dir, int vocab_size, LogitsCase *c, char *problem, size_t size) {
+    char path[PATH_SIZE];
+    memset(c, 0, sizeof *c);
+    format_text(path, sizeof path, "%s/ids.txt", case_dir);
+    if (load_ints(path, &c->ids, &c->n_ids) != 0 || c->n_ids == 0)
+        return set_problem(problem, size, "cannot read %s", path);
+    format_text(path, sizeof path, "%s/rows.txt", case_dir);
+    if (load_ints(path, &c->rows, &c->n_rows) != 0 || c->n_rows == 0)
+        return set_problem(problem, size, "cannot read %s", path);
+    format_text(path, sizeof path, "%s/logits.f32", case_dir);
+    if (load_floats(path, &c->logits, &c->n_logits) != 0)
+        return set_problem(problem, size, "cannot read %s", path);
+    if (c->n_logits != (size_t)c->n_rows * (size_t)vocab_size)
+        return set_problem(problem, size, "logits.f32 holds %zu floats, not %d rows of %d", c->n_logits, c->n_rows,
+                           vocab_size);
+    for (int i = 0; i < c->n_rows; i++)
+        if (c->rows[i] < 0 || c->rows[i] >= c->n_ids)
+            return set_problem(problem, size, "row %d is outside the %d ids", c->rows[i], c->n_ids);
+    for (int i = 0; i < c->n_ids; i++)
+        if (c->ids[i] < 0 || c->ids[i] >= vocab_size)
+            return set_problem(problem, size, "id %d is outside the vocabulary", c->ids[i]);
+    return 0;
+}
+
+// Feeds the case's ids from position 0 and compares each kept row.
+// tolerance is the allowed max |ours - ref| / max |ref| per row.
+static void run_logits_case(const char *case_dir, const char *case_name, double tolerance) {
+    char name[256], path[PATH_SIZE], model[PATH_SIZE], problem[512];
+    format_text(name, sizeof name, "logits %s", case_name);
+    Bytes description;
+    format_text(path, sizeof path, "%s/model.txt", case_dir);
+    if (load_file(path, &description) != 0) { report(name, 0, "cannot read %s", path); return; }
+    int resolved = resolve_model(description.data, model, problem, sizeof problem);
+    bytes_free(&description);
+    if (resolved != 0) { report(name, 0, "%s", problem); return; }
+    Transformer t;
+    if (transformer_open(&t, model) != 0) { report(name, 0, "transformer_open: %s", error_message); return; }
+    int vocab = t.config.vocab_size;
+    LogitsCase c;
+    if (load_logits_case(case_dir, vocab, &c, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+    } else {
+        int last = 0;
+        for (int i = 0; i < c.n_rows; i++) if (c.rows[i] > last) last = c.rows[i];
+        double worst = 0;
+        int worst_pos = -1;
+        for (int pos = 0; pos <= last; pos++) {
+            float *logits = forward(&t, c.ids[pos], pos);
+            for (int r = 0; r < c.n_rows; r++) {
+                if (c.rows[r] != pos) continue;
+                double e = row_error(logits, c.logits + (size_t)r * vocab, vocab);
+                if (!(e <= worst)) { worst = e; worst_pos = pos; }
+            }
+        }
+        report(name, worst <= tolerance, "%d rows over %d positions, worst %.2e x max|ref| at position %d (limit %.0e)",
+               c.n_rows, last + 1, worst, worst_pos, tolerance);
+    }
+    logits_case_free(&c);
+    transformer_close(&t);
+}
+
+// Every case directory under SHARED/dir_relative. GGUF cases will plug in
+// here with their own tolerance.
+static void logits_cases(const char *dir_relative, double tolerance) {
+    char dir[PATH_SIZE], case_dir[PATH_SIZE];
+    shared_path(dir, dir_relative);
+    NameList cases;
+    if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
+        report("logits reference cases", 0, "no case directories in %s", dir);
+        return;
+    }
+    for (int i = 0; i < cases.n; i++) {
+        format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
+        run_logits_case(case_dir, cases.names[i], tolerance);
+    }
+    names_free(&cases);
+}
+
+// An independent forward pass in double precision over a version 0 file's
+// weights, straight from the description in SHARED/README.md.
+typedef struct {
+    Shape s;
+    double theta, eps;
+    const float *w[N_TENSORS];
+    double *key_cache, *value_cache; // (layers, seq, kv_dim)
+} RefModel;
+
+static int ref_open(RefModel *m, const Bytes *file, double theta, double eps) {
+    Span spans[N_TENSORS];
+    memset(m, 0, sizeof *m);
+    if (v0_layout(file, &m->s, spans) != 0) return -1;
+    for (int t = 0; t < N_TENSORS; t++) m->w[t] = (const float *)(file->data + spans[t].offset);
+    if (m->s.shared_classifier) m->w[T_WCLS] = m->w[T_EMBEDDING];
+    m->theta = theta;
+    m->eps = eps;
+    size_t kv_dim = (size_t)m->s.kv_heads * (size_t)(m->s.dim / m->s.heads);
+    size_t cache = (size_t)m->s.layers * (size_t)m->s.seq * kv_dim;
+    m->key_cache = calloc(cache, sizeof(double));
+    m->value_cache = calloc(cache, sizeof(double));
+    return m->key_cache && m->value_cache ? 0 : -1;
+}
+
+static void ref_close(RefModel *m) {
+    free(m->key_cache);
+    free(m->value_cache);
+}
+
+static void ref_rmsnorm(double *out, const double *x, const float *weight, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double scale = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+static void ref_matvec(double *out, const float *w, const double *x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double sum = 0;
+        for (int c = 0; c < cols; c++) sum += (double)w[(size_t)r * cols + c] * x[c];
+        out[r] = sum;
+    }
+}
+
+static void ref_rope(double *x, int n, int head_size, int pos, double theta) {
+    for (int head = 0; head < n; head += head_size)
+        for (int i = 0; i < head_size / 2; i++) {
+            double angle = pos * pow(theta, -2.0 * i / head_size);
+            double a = x[head + 2 * i], b = x[head + 2 * i + 1];
+            x[head + 2 * i] = a * cos(angle) - b * sin(angle);
+            x[head + 2 * i + 1] = a * sin(angle) + b * cos(angle);
+        }
+}
+
+// Attention of every query head over positions 0..pos of layer l's cache;
+// query head h reads kv head h / (heads / kv_heads).
+static void ref_attention(const RefModel *m, int l, int pos, const double *q, double *out) {
+    const Shape *s = &m->s;
+    int hs = s->dim / s->heads, kv_dim = s->kv_heads * hs, group = s->heads / s->kv_heads;
+    double *att = malloc((size_t)(pos + 1) * sizeof(double));
+    for (int h = 0; h < s->heads; h++) {
+        int g = h / group;
+        double max = -INFINITY, sum = 0;
+        for (int t = 0; t <= pos; t++) {
+            const double *k = m->key_cache + ((size_t)l * s->seq + t) * kv_dim + g * hs;
+            double dot = 0;
+            for (int i = 0; i < hs; i++) dot += q[h * hs + i] * k[i];
+            att[t] = dot / sqrt((double)hs);
+            if (att[t] > max) max = att[t];
+        }
+        for (int t = 0; t <= pos; t++) { att[t] = exp(att[t] - max); sum += att[t]; }
+        for (int i = 0; i < hs; i++) out[h * hs + i] = 0;
+        for (int t = 0; t <= pos; t++) {
+            const double *v = m->value_cache + ((size_t)l * s->seq + t) * kv_dim + g * hs;
+            for (int i = 0; i < hs; i++) out[h * hs + i] += att[t] / sum * v[i];
+        }
+    }
+    free(att);
+}
+
+static void ref_forward(RefModel *m, int token, int pos, double *logits) {
+    const Shape *s = &m->s;
+    int dim = s->dim, hid = s->hidden, hs = dim / s->heads, kv_dim = s->kv_heads * hs;
+    size_t square = (size_t)dim * dim, kv_size = (size_t)kv_dim * dim, ffn = (size_t)hid * dim;
+    double *x = malloc(dim * sizeof(double)), *xb = malloc(dim * sizeof(double));
+    double *q = malloc(dim * sizeof(double)), *o = malloc(dim * sizeof(double));
+    double *h1 = malloc(hid * sizeof(double)), *h3 = malloc(hid * sizeof(double));
+    for (int i = 0; i < dim; i++) x[i] = m->w[T_EMBEDDING][(size_t)token * dim + i];
+    for (int l = 0; l < s->layers; l++) {
+        double *k = m->key_cache + ((size_t)l * s->seq + pos) * kv_dim;
+        double *v = m->value_cache + ((size_t)l * s->seq + pos) * kv_dim;
+        ref_rmsnorm(xb, x, m->w[T_RMS_ATT] + (size_t)l * dim, dim, m->eps);
+        ref_matvec(q, m->w[T_WQ] + l * square, xb, dim, dim);
+        ref_matvec(k, m->w[T_WK] + l * kv_size, xb, kv_dim, dim);
+        ref_matvec(v, m->w[T_WV] + l * kv_size, xb, kv_dim, dim);
+        ref_rope(q, dim, hs, pos, m->theta);
+        ref_rope(k, kv_dim, hs, pos, m->theta);
+        ref_attention(m, l, pos, q, o);
+        ref_matvec(xb, m->w[T_WO] + l * square, o, dim, dim);
+        for (int i = 0; i < dim; i++) x[i] += xb[i];
+        ref_rmsnorm(xb, x, m->w[T_RMS_FFN] + (size_t)l * dim, dim, m->eps);
+        ref_matvec(h1, m->w[T_W1] + l * ffn, xb, hid, dim);
+        ref_matvec(h3, m->w[T_W3] + l * ffn, xb, hid, dim);
+        for (int i = 0; i < hid; i++) h1[i] = h1[i] / (1.0 + exp(-h1[i])) * h3[i]; // SwiGLU
+        ref_matvec(xb, m->w[T_W2] + l * ffn, h1, dim, hid);
+        for (int i = 0; i < dim; i++) x[i] += xb[i];
+    }
+    ref_rmsnorm(xb, x, m->w[T_RMS_FINAL], dim, m->eps);
+    ref_matvec(logits, m->w[T_WCLS], xb, s->vocab, dim);
+    free(x); free(xb); free(q); free(o); free(h1); free(h3);
+}
+
+// A small xorshift generator for the tests' own random numbers.
+static uint64_t next_random(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+static double random_unit_double(uint64_t *state) {
+    return (next_random(state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Runs run.c's forward and the reference over random ids at every position
+// of the context; returns the worst row error (negative if a model failed).
+static double compare_with_reference(const char *path, double theta, double eps, const char *ref_path,
+                                     char *problem, size_t size) {
+    Bytes file;
+    RefModel m;
+    Transformer t;
+    if (load_file(ref_path, &file) != 0) return set_problem(problem, size, "cannot read %s", ref_path);
+    if (ref_open(&m, &file, theta, eps) != 0) {
+        bytes_free(&file);
+        return set_problem(problem, size, "%s is not a version 0 checkpoint", ref_path);
+    }
+    if (transformer_open(&t, path) != 0) {
+        format_text(problem, size, "transformer_open: %s", error_message);
+        ref_close(&m);
+        bytes_free(&file);
+        return -1;
+    }
+    int vocab = m.s.vocab;
+    float *ref_row = malloc(vocab * sizeof(float));
+    double *ref_logits = malloc(vocab * sizeof(double));
+    uint64_t rng = 12345;
+    double worst = 0;
+    if (t.config.vocab_size != vocab || t.config.seq_len != m.s.seq) {
+        worst = -1;
+        format_text(problem, size, "run.c reads vocab %d seq_len %d, the file says %d %d", t.config.vocab_size,
+                 t.config.seq_len, vocab, m.s.seq);
+    }
+    for (int pos = 0; pos < m.s.seq && worst >= 0; pos++) {
+        int token = (int)(next_random(&rng) % (uint64_t)vocab);
+        float *ours = forward(&t, token, pos);
+        ref_forward(&m, token, pos, ref_logits);
+        for (int i = 0; i < vocab; i++) ref_row[i] = (float)ref_logits[i];
+        double e = row_error(ours, ref_row, vocab);
+        if (!(e <= worst)) worst = e;
+    }
+    free(ref_row);
+    free(ref_logits);
+    transformer_close(&t);
+    ref_close(&m);
+    bytes_free(&file);
+    return worst;
+}
+
+// Shapes the shared reference does not cover, each against the reference
+// forward pass at every position up to the end of the context.
+static const char *const extra_shapes[][12] = {
+    {"gqa48-seed5", "48", "100", "2", "6", "3", "300", "40", "--unshared", "--seed", "5", NULL},
+    {"mqa64-seed9", "64", "96", "3", "4", "1", "257", "33", "--seed", "9", NULL},
+    {"mha32-seed2", "32", "80", "2", "2", "2", "128", "24", "--seed", "2", NULL},
+};
+
+static void test_extra_shapes(void) {
+    for (size_t i = 0; i < sizeof extra_shapes / sizeof extra_shapes[0]; i++) {
+        char name[256], path[PATH_SIZE], problem[512] = "";
+        format_text(name, sizeof name, "forward == double-precision reference, mkmodel %s (all positions)",
+                 extra_shapes[i][0]);
+        if (make_model(extra_shapes[i][0], extra_shapes[i] + 1, path) != 0) {
+            report(name, 0, "mkmodel failed");
+            continue;
+        }
+        double worst = compare_with_reference(path, 10000.0, 1e-5, path, problem, sizeof problem);
+        if (worst < 0) report(name, 0, "%s", problem);
+        else report(name, worst <= 1e-4, "worst %.2e x max|ref| (limit 1e-04)", worst);
+    }
+}
+
+// Writes a version 0 file in the version 1 ("RUNC") format of README.md.
+static int convert_to_v1(const char *v0_path, const char *v1_path, float theta, float eps) {
+    Bytes file;
+    Shape s;
+    Span spans[N_TENSORS];
+    if (load_file(v0_path, &file) != 0) return -1;
+    if (v0_layout(&file, &s, spans) != 0) { bytes_free(&file); return -1; }
+    unsigned char header[256] = {0};
+    int32_t fields[] = {1, s.dim, s.hidden, s.layers, s.heads, s.kv_heads, s.vocab, s.seq, s.dim / s.heads};
+    put_le32(header, 0x434E5552u);
+    for (int i = 0; i < 9; i++) put_le32(header + 4 + 4 * i, (uint32_t)fields[i]);
+    put_le_float(header + 40, theta);
+    put_le_float(header + 44, eps);
+    put_le32(header + 48, (uint32_t)s.shared_classifier);
+    put_le32(header + 52, 1);  // bos_id
+    put_le32(header + 56, 2);  // eos_id
+    put_le32(header + 60, 0);  // weight_type F32
+    static const int order[] = {T_RMS_ATT, T_RMS_FFN, T_RMS_FINAL, T_EMBEDDING, T_WQ, T_WK, T_WV, T_WO,
+                                T_W1, T_W2, T_W3, T_WCLS};
+    FILE *f = fopen(v1_path, "wb");
+    if (!f) { bytes_free(&file); return -1; }
+    int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    size_t offset = sizeof header;
+    static const char zeros[64];
+    for (size_t i = 0; i < sizeof order / sizeof order[0] && ok; i++) {
+        Span span = spans[order[i]];
+        if (span.floats == 0) continue; // wcls of a shared classifier
+        size_t pad = (64 - offset % 64) % 64;
+        ok = fwrite(zeros, 1, pad, f) == pad && fwrite(file.data + span.offset, 4, span.floats, f) == span.floats;
+        offset += pad + 4 * span.floats;
+    }
+    ok = fclose(f) == 0 && ok;
+    bytes_free(&file);
+    return ok ? 0 : -1;
+}
+
+// How the logits of a checkpoint compare with a reference checkpoint's over
+// the same random ids from position 0: the first position whose row is not
+// bit-identical, the worst row error (relative to the reference's), and at
+// how many positions the argmax agrees.
+typedef struct {
+    int positions, first_differing, top1_agree;
+    double worst;
+    char problem[512];
+} LogitsDiff;
+
+static int same_config(const Config *a, const Config *b) {
+    return a->dim == b->dim && a->hidden_dim == b->hidden_dim && a->n_layers == b->n_layers &&
+           a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads && a->vocab_size == b->vocab_size &&
+           a->seq_len == b->seq_len && a->head_size == b->head_size && a->rope_theta == b->rope_theta &&
+           a->norm_eps == b->norm_eps && a->shared_classifier == b->shared_classifier && a->bos_id == b->bos_id &&
+           a->eos_id == b->eos_id;
+}
+
+// max_positions 0: the whole context. 0 ok; -1 with d->problem.
+static int compare_logits(const char *path, const char *ref_path, int max_positions, LogitsDiff *d) {
+    Transformer a, b;
+    memset(d, 0, sizeof *d);
+    d->first_differing = -1;
+    if (transformer_open(&a, path) != 0) return set_problem(d->problem, sizeof d->problem, "%s", error_message);
+    if (transformer_open(&b, ref_path) != 0) {
+        set_problem(d->problem, sizeof d->problem, "%s", error_message);
+        transformer_close(&a);
+        return -1;
+    }
+    int vocab = b.config.vocab_size, err = 0;
+    if (!same_config(&a.config, &b.config))
+        err = set_problem(d->problem, sizeof d->problem, "configs differ: dim %d/%d, seq_len %d/%d, shared classifier "
+                          "%d/%d, theta %g/%g, eps %g/%g", a.config.dim, b.config.dim, a.config.seq_len,
+                          b.config.seq_len, a.config.shared_classifier, b.config.shared_classifier,
+                          a.config.rope_theta, b.config.rope_theta, a.config.norm_eps, b.config.norm_eps);
+    float *ref = malloc((size_t)vocab * sizeof(float));
+    uint64_t rng = 777;
+    d->positions = max_positions > 0 && max_positions < b.config.seq_len ? max_positions : b.config.seq_len;
+    for (int pos = 0; pos < d->positions && !err; pos++) {
+        int token = (int)(next_random(&rng) % (uint64_t)vocab);
+        memcpy(ref, forward(&b, token, pos), (size_t)vocab * sizeof(float));
+        float *ours = forward(&a, token, pos);
+        if (d->first_differing < 0 && memcmp(ours, ref, (size_t)vocab * sizeof(float)) != 0) d->first_differing = pos;
+        double e = row_error(ours, ref, vocab);
+        if (!(e <= d->worst)) d->worst = e;
+        d->top1_agree += argmax(ours, vocab) == argmax(ref, vocab);
+    }
+    free(ref);
+    transformer_close(&a);
+    transformer_close(&b);
+    return err;
+}
+
+// Reports whether path's logits equal ref_path's bit for bit.
+static void expect_same_logits(const char *name, const char *path, const char *ref_path, int max_positions) {
+    LogitsDiff d;
+    if (compare_logits(path, ref_path, max_positions, &d) != 0) report(name, 0, "%s", d.problem);
+    else if (d.first_differing >= 0) report(name, 0, "logits differ at position %d (worst %.2e x max|ref|)",
+                                            d.first_differing, d.worst);
+    else report(name, 1, "%d positions", d.positions);
+}
+
+// The same weights in version 0 and version 1 give bit-identical logits.
+static void test_v1_same_as_v0(const char *v0_path, const char *label) {
+    char name[256], v1_path[PATH_SIZE];
+    format_text(name, sizeof name, "format v1 (RUNC) logits == v0 logits bit for bit, %s", label);
+    format_text(v1_path, sizeof v1_path, "build/models/%s.v1.bin", label);
+    if (convert_to_v1(v0_path, v1_path, 10000.0f, 1e-5f) != 0) {
+        report(name, 0, "cannot convert %s", v0_path);
+        return;
+    }
+    expect_same_logits(name, v1_path, v0_path, 0);
+}
+
+// A v1 header's rope_theta and rms_norm_eps are used (not v0's constants).
+static void test_v1_header_values(void) {
+    const char *name = "format v1 honours rope_theta 500000 and rms_norm_eps 1e-6 from the header";
+    char path[PATH_SIZE], problem[512] = "";
+    if (make_model(extra_shapes[1][0], extra_shapes[1] + 1, path) != 0) { report(name, 0, "mkmodel failed"); return; }
+    const char *v1_path = "build/models/theta500k.v1.bin";
+    if (convert_to_v1(path, v1_path, 500000.0f, 1e-6f) != 0) { report(name, 0, "cannot convert"); return; }
+    double worst = compare_with_reference(v1_path, 500000.0, 1e-6, path, problem, sizeof problem);
+    double with_v0_theta = compare_with_reference(path, 500000.0, 1e-6, path, problem, sizeof problem);
+    if (worst < 0) report(name, 0, "%s", problem);
+    else if (!(with_v0_theta > 1e-3)) report(name, 0, "fixture too weak: theta 10000 gives %.2e", with_v0_theta);
+    else report(name, worst <= 1e-4, "worst %.2e x max|ref| (theta 10000 would give %.2e)", worst, with_v0_theta);
+}
+
+static void forward_tests(void) {
+    logits_cases("reference/logits", 1e-4);
+    test_extra_shapes();
+    char path[PATH_SIZE];
+    shared_path(path, "models/stories260K/stories260K.bin");
+    test_v1_same_as_v0(path, "stories260K");
+    char gqa[PATH_SIZE];
+    if (make_model(extra_shapes[0][0], extra_shapes[0] + 1, gqa) == 0) test_v1_same_as_v0(gqa, extra_shapes[0][0]);
+    else report("format v1 (RUNC) logits == v0, unshared model", 0, "mkmodel failed");
+    test_v1_header_values();
+}
+
+/* ============================================================================
+   Sampler */
+
+static SamplerParams sampling(float temperature, float top_p, int top_k, float min_p) {
+    SamplerParams p = {temperature, top_p, top_k, min_p, 1.0f, 64};
+    return p;
+}
+
+// Roughly normal logits with the given spread.
+static void random_logits(uint64_t *rng, float *x, int n, double spread) {
+    for (int i = 0; i < n; i++) {
+        double sum = 0;
+        for (int j = 0; j < 4; j++) sum += random_unit_double(rng) - 0.5;
+        x[i] = (float)(sum * spread);
+    }
+}
+
+static void ref_softmax(const float *logits, int n, double temperature, double *p) {
+    double max = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++) if (logits[i] / temperature > max) max = logits[i] / temperature;
+    for (int i = 0; i < n; i++) { p[i] = exp(logits[i] / temperature - max); sum += p[i]; }
+    for (int i = 0; i < n; i++) p[i] /= sum;
+}
+
+typedef struct { double p; int index; } Ranked;
+
+static int compare_ranked(const void *a, const void *b) {
+    const Ranked *x = a, *y = b;
+    return x->p < y->p ? 1 : x->p > y->p ? -1 : x->index - y->index;
+}
+
+// Indices by probability, highest first.
+static void rank(const double *p, int n, Ranked *out) {
+    for (int i = 0; i < n; i++) out[i] = (Ranked){p[i], i};
+    qsort(out, (size_t)n, sizeof(Ranked), compare_ranked);
+}
+
+// The sampler's candidates must be exactly the expected set, sorted by
+// probability and renormalized over that set.
+static int check_candidates(const Sampler *s, int n, const double *p, const unsigned char *expected, int vocab,
+                            char *problem, size_t size) {
+    int n_expected = 0;
+    double mass = 0;
+    for (int i = 0; i < vocab; i++) if (expected[i]) { n_expected++; mass += p[i]; }
+    if (n != n_expected) {
+        set_problem(problem, size, "%d candidates, want %d", n, n_expected);
+        return 0;
+    }
+    unsigned char *seen = calloc((size_t)vocab, 1);
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        ProbIndex c = s->candidates[i];
+        ok = 0;
+        if (c.index < 0 || c.index >= vocab || !expected[c.index] || seen[c.index])
+            set_problem(problem, size, "candidate %d (token %d) should not be there", i, c.index);
+        else if (fabs(c.prob - p[c.index] / mass) > 1e-6 + 1e-4 * p[c.index] / mass)
+            set_problem(problem, size, "token %d has prob %g, want %g", c.index, c.prob, p[c.index] / mass);
+        else if (i > 0 && c.prob > s->candidates[i - 1].prob)
+            set_problem(problem, size, "candidates not sorted by probability at %d", i);
+        else ok = seen[c.index] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+static void test_top_k_one_is_argmax(void) {
+    const int vocab = 1000, seeds = 300;
+    float *logits = malloc(vocab * sizeof(float));
+    uint64_t rng = 99;
+    int bad_seed = -1, got = 0, want = 0;
+    for (int seed = 1; seed <= seeds && bad_seed < 0; seed++) {
+        Sampler s;
+        random_logits(&rng, logits, vocab, 3.0);
+        want = 0;
+        for (int i = 1; i < vocab; i++) if (logits[i] > logits[want]) want = i;
+        sampler_init(&s, vocab, sampling(1.0f, 0.9f, 1, 0.0f), (uint64_t)seed);
+        got = sample(&s, logits, NULL, 0);
+        if (got != want) bad_seed = seed;
+        sampler_free(&s);
+    }
+    if (bad_seed >= 0) report("sampler: top-k 1 == argmax", 0, "seed %d: got %d, want %d", bad_seed, got, want);
+    else report("sampler: top-k 1 == argmax", 1, "%d seeds", seeds);
+    free(logits);
+}
+
+// Kinds of truncation checked against an independent computation; the
+// thresholds are put halfway between two possible outcomes so that rounding
+// cannot decide the test.
+enum { CHECK_TOP_K, CHECK_TOP_P, CHECK_MIN_P, CHECK_TEMPERATURE };
+
+static void test_truncation(int kind, const char *name) {
+    const int vocab = 200, trials = 300;
+    float *logits = malloc(vocab * sizeof(float)), *copy = malloc(vocab * sizeof(float));
+    double *p = malloc(vocab * sizeof(double));
+    Ranked *ranked = malloc(vocab * sizeof(Ranked));
+    unsigned char *expected = malloc((size_t)vocab);
+    uint64_t rng = 4242 + (uint64_t)kind;
+    char problem[512] = "";
+    int ok = 1, trial;
+    for (trial = 0; trial < trials && ok; trial++) {
+        random_logits(&rng, logits, vocab, 4.0);
+        double temperature = kind == CHECK_TEMPERATURE ? 0.3 + 1.7 * random_unit_double(&rng) : 1.0;
+        ref_softmax(logits, vocab, (float)temperature, p);
+        rank(p, vocab, ranked);
+        int k = (int)(next_random(&rng) % 40); // keep ranked[0..k]
+        while (k > 0 && ranked[k].p - ranked[k + 1].p < 1e-4 * ranked[k].p) k--;
+        SamplerParams params = sampling((float)temperature, 1.0f, 0, 0.0f);
+        memset(expected, 0, (size_t)vocab);
+        for (int i = 0; i <= k; i++) expected[ranked[i].index] = 1;
+        if (kind == CHECK_TOP_K) params.top_k = k + 1;
+        if (kind == CHECK_TOP_P) {
+            double below = 0;
+            for (int i = 0; i < k; i++) below += ranked[i].p;
+            params.top_p = (float)(below + ranked[k].p / 2); // reached by k + 1 tokens, not by k
+        }
+        if (kind == CHECK_MIN_P) params.min_p = (float)((ranked[k].p + ranked[k + 1].p) / 2 / ranked[0].p);
+        if (kind == CHECK_TEMPERATURE) memset(expected, 1, (size_t)vocab);
+        Sampler s;
+        sampler_init(&s, vocab, params, 1);
+        memcpy(copy, logits, vocab * sizeof(float));
+        int n = sampler_candidates(&s, copy, NULL, 0);
+        ok = check_candidates(&s, n, p, expected, vocab, problem, sizeof problem);
+        sampler_free(&s);
+    }
+    if (ok) report(name, 1, "%d random distributions", trials);
+    else report(name, 0, "trial %d: %s", trial, problem);
+    free(logits); free(copy); free(p); free(ranked); free(expected);
+}
+
+static void test_seeds(void) {
+    const int vocab = 64, draws = 300;
+    float logits[64], copy[64];
+    uint64_t rng = 5;
+    random_logits(&rng, logits, vocab, 0.5);
+    int a[300], b[300], c[300];
+    int *runs[] = {a, b, c};
+    uint64_t seeds[] = {42, 42, 43};
+    for (int r = 0; r < 3; r++) {
+        Sampler s;
+        sampler_init(&s, vocab, sampling(1.0f, 0.95f, 0, 0.0f), seeds[r]);
+        for (int i = 0; i < draws; i++) {
+            memcpy(copy, logits, sizeof copy);
+            runs[r][i] = sample(&s, copy, NULL, 0);
+        }
+        sampler_free(&s);
+    }
+    report("sampler: the same seed gives the same draws", memcmp(a, b, sizeof a) == 0, NULL);
+    report("sampler: different seeds give different draws", memcmp(a, c, sizeof a) != 0, NULL);
+}
+
+// Frequencies of 200000 draws are within 6 standard deviations of the
+// softmax probabilities (a correct sampler fails with probability ~1e-8).
+static void test_frequencies(void) {
+    const float logits[8] = {0.3f, -1.2f, 2.0f, 0.0f, 1.1f, -0.4f, 0.8f, -2.5f};
+    const int draws = 200000;
+    double p[8];
+    long count[8] = {0};
+    float copy[8];
+    ref_softmax(logits, 8, 1.0, p);
+    Sampler s;
+    sampler_init(&s, 8, sampling(1.0f, 1.0f, 0, 0.0f), 2024);
+    int out_of_range = 0;
+    for (int i = 0; i < draws; i++) {
+        memcpy(copy, logits, sizeof copy);
+        int t = sample(&s, copy, NULL, 0);
+        if (t < 0 || t >= 8) out_of_range++;
+        else count[t]++;
+    }
+    sampler_free(&s);
+    double worst = 0;
+    int worst_token = 0;
+    for (int t = 0; t < 8; t++) {
+        double z = fabs((double)count[t] / draws - p[t]) / sqrt(p[t] * (1 - p[t]) / draws);
+        if (z > worst) { worst = z; worst_token = t; }
+    }
+    report("sampler: frequencies match softmax (200000 draws, 6 sigma)", worst <= 6.0 && !out_of_range,
+           "worst token %d at %.2f sigma (%ld draws, p %.4f)%s", worst_token, worst, count[worst_token], p[worst_token],
+           out_of_range ? ", draws out of range" : "");
+}
+
+// llama.cpp's penalty on the distinct tokens of the last repeat_last_n:
+// positive logits divided by the penalty, negative ones multiplied.
+static void test_repeat_penalty(void) {
+    const char *name = "sampler: repetition penalty within the window only";
+    const float logits[10] = {2.0f, -1.0f, 0.5f, -0.5f, 1.5f, 3.0f, -2.0f, 0.0f, 1.0f, -3.0f};
+    const float penalty = 1.5f;
+    // window 3 over {5, 6, 1, 1, 4}: tokens 1 (once) and 4; 5 and 6 are too old.
+    const int recent_a[] = {5, 6, 1, 1, 4};
+    const int recent_b[] = {5, 6};
+    const int *recents[] = {recent_a, recent_b};
+    const int n_recent[] = {5, 2}, windows[] = {3, 64};
+    char problem[512] = "";
+    int ok = 1;
+    for (int c = 0; c < 2 && ok; c++) {
+        float expect[10], copy[10];
+        double p[10];
+        unsigned char all[10];
+        memcpy(expect, logits, sizeof expect);
+        memset(all, 1, sizeof all);
+        for (int t = 0; t < 10; t++) {
+            int in_window = 0;
+            for (int i = n_recent[c] - windows[c]; i < n_recent[c]; i++)
+                if (i >= 0 && recents[c][i] == t) in_window = 1;
+            if (in_window) expect[t] = expect[t] > 0 ? expect[t] / penalty : expect[t] * penalty;
+        }
+        ref_softmax(expect, 10, 1.0, p);
+        SamplerParams params = sampling(1.0f, 1.0f, 0, 0.0f);
+        params.repeat_penalty = penalty;
+        params.repeat_last_n = windows[c];
+        Sampler s;
+        sampler_init(&s, 10, params, 3);
+        memcpy(copy, logits, sizeof copy);
+        int n = sampler_candidates(&s, copy, recents[c], n_recent[c]);
+        ok = check_candidates(&s, n, p, all, 10, problem, sizeof problem);
+        sampler_free(&s);
+        if (!ok) report(name, 0, "window %d: %s", windows[c], problem);
+    }
+    if (ok) report(name, 1, NULL);
+}
+
+static void sampler_tests(void) {
+    test_top_k_one_is_argmax();
+    test_truncation(CHECK_TOP_K, "sampler: top-k keeps the k most likely");
+    test_truncation(CHECK_TOP_P, "sampler: top-p keeps the smallest set whose mass reaches p");
+    test_truncation(CHECK_MIN_P, "sampler: min-p keeps exactly p >= min_p * p_max");
+    test_truncation(CHECK_TEMPERATURE, "sampler: temperature scales logits before softmax");
+    test_seeds();
+    test_frequencies();
+    test_repeat_penalty();
+}
+
+/* ============================================================================
+   Generation */
+
+typedef struct {
+    Transformer t;
+    Tokenizer tk;
+    int open; // 1 when both are open
+} Stories;
+
+static int stories_open(Stories *st, char *problem, size_t size) {
+    char model[PATH_SIZE], tok[PATH_SIZE];
+    shared_path(model, "models/stories260K/stories260K.bin");
+    shared_path(tok, "models/stories260K/tok512.bin");
+    st->open = 0;
+    if (transformer_open(&st->t, model) != 0) return set_problem(problem, size, "%s", error_message);
+    if (tokenizer_open(&st->tk, tok, st->t.config.vocab_size) != 0) {
+        format_text(problem, size, "%s", error_message);
+        transformer_close(&st->t);
+        return -1;
+    }
+    st->open = 1;
+    return 0;
+}
+
+static void stories_close(Stories *st) {
+    if (!st->open) return;
+    transformer_close(&st->t);
+    tokenizer_close(&st->tk);
+    st->open = 0;
+}
+
+// generate() into memory; returns the text (caller frees) or NULL.
+static char *generate_text(const char *prompt, int steps, SamplerParams params, uint64_t seed, size_t *len,
+                           int *result, char *problem, size_t size) {
+    Stories st;
+    if (stories_open(&st, problem, size) != 0) return NULL;
+    Sampler s;
+    char *text = NULL;
+    *len = 0;
+    FILE *out = open_memstream(&text, len);
+    sampler_init(&s, st.t.config.vocab_size, params, seed);
+    int saved = stderr_to_file("build/tmp/generate.err");
+    *result = generate(&st.t, &st.tk, &s, prompt, steps, out);
+    stderr_restore(saved);
+    fclose(out);
+    if (*result != 0) format_text(problem, size, "generate: %s", error_message);
+    sampler_free(&s);
+    stories_close(&st);
+    return text;
+}
+
+static void test_greedy_generation(void) {
+    const char *name = "generate: greedy 200 steps == reference/stories260K_greedy_t0_n200.txt";
+    char path[PATH_SIZE], problem[512] = "", got[256], want[256];
+    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    Bytes expect;
+    if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
+    size_t len, short_len;
+    int result;
+    char *text = generate_text("", 200, sampling(0.0f, 0.9f, 0, 0.0f), 1, &len, &result, problem, sizeof problem);
+    if (!text || result != 0) report(name, 0, "%s", problem);
+    else if (len != expect.len || memcmp(text, expect.data, len) != 0)
+        report(name, 0, "got %zu bytes %s, want %zu bytes %s", len, quoted(text, len, got, sizeof got), expect.len,
+               quoted(expect.data, expect.len, want, sizeof want));
+    else report(name, 1, NULL);
+    char *shorter = generate_text("", 50, sampling(0.0f, 0.9f, 0, 0.0f), 1, &short_len, &result, problem,
+                                  sizeof problem);
+    report("generate: 50 steps give a prefix of the 200-step text",
+           shorter && result == 0 && short_len > 0 && short_len < expect.len &&
+               memcmp(shorter, expect.data, short_len) == 0,
+           "%zu bytes", short_len);
+    free(text);
+    free(shorter);
+    bytes_free(&expect);
+}
+
+// A prompt text that encodes to more ids than the context holds.
+static char *long_prompt(Tokenizer *tk, int seq_len, int *n_ids) {
+    const char *sentence = "Once upon a time there was a little dog who liked to run in the park. ";
+    size_t n = 0, cap = 64;
+    char *text = malloc(cap);
+    *n_ids = 0;
+    while (text && *n_ids <= seq_len + 10) {
+        size_t add = strlen(sentence);
+        while (n + add + 1 > cap) { cap *= 2; text = realloc(text, cap); }
+        memcpy(text + n, sentence, add + 1);
+        n += add;
+        int *ids = encode_text(tk, text, n, 1, n_ids);
+        free(ids);
+        if (!ids) break;
+    }
+    return text;
+}
+
+static void test_prompt_too_long(void) {
+    const char *name = "generate: a prompt longer than the context is an error";
+    char problem[512] = "";
+    Stories st;
+    if (stories_open(&st, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    int n_ids;
+    char *prompt = long_prompt(&st.tk, st.t.config.seq_len, &n_ids);
+    Sampler s;
+    sampler_init(&s, st.t.config.vocab_size, sampling(0.0f, 0.9f, 0, 0.0f), 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    error_message[0] = '\0';
+    int saved = stderr_to_file("build/tmp/generate.err");
+    int result = generate(&st.t, &st.tk, &s, prompt, 0, out);
+    stderr_restore(saved);
+    fclose(out);
+    report(name, result == -1 && error_message[0], "%d prompt ids, context %d, generate returned %d (%s)", n_ids,
+           st.t.config.seq_len, result, error_message);
+    free(text);
+    free(prompt);
+    sampler_free(&s);
+    stories_close(&st);
+}
+
+static void generation_tests(void) {
+    test_greedy_generation();
+    test_prompt_too_long();
+}
+
+/* ============================================================================
+   CLI and bad input */
+
+typedef struct {
+    int status;
+    Bytes out, err;
+} CliResult;
+
+static void cli_free(CliResult *r) {
+    bytes_free(&r->out);
+    bytes_free(&r->err);
+}
+
+// Runs program with the arguments in args (ending with NULL) and stdin from
+// in_path (NULL: /dev/null), collecting its status, stdout and stderr.
+static int run_program(CliResult *r, const char *in_path, const char *program, va_list args) {
+    char *argv[64] = {(char *)program};
+    int n = 1;
+    for (const char *a; (a = va_arg(args, const char *)) != NULL && n < 63;) argv[n++] = (char *)a;
+    argv[n] = NULL;
+    r->status = spawn_input(argv, in_path, "build/tmp/cli.out", "build/tmp/cli.err", 120);
+    load_file("build/tmp/cli.out", &r->out);
+    load_file("build/tmp/cli.err", &r->err);
+    if (!r->out.data) r->out = (Bytes){strdup(""), 0};
+    if (!r->err.data) r->err = (Bytes){strdup(""), 0};
+    return r->status;
+}
+
+// Runs ./run with the arguments that follow (ending with NULL).
+static int cli(CliResult *r, ...) {
+    va_list args;
+    va_start(args, r);
+    int status = run_program(r, NULL, "./run", args);
+    va_end(args);
+    return status;
+}
+
+// The same with stdin read from the file in_path.
+static int cli_input(CliResult *r, const char *in_path, ...) {
+    va_list args;
+    va_start(args, in_path);
+    int status = run_program(r, in_path, "./run", args);
+    va_end(args);
+    return status;
+}
+
+// Paths the CLI tests share.
+typedef struct {
+    char stories[PATH_SIZE], tok512[PATH_SIZE], llama_tok[PATH_SIZE], s15m[PATH_SIZE];
+    int seq_len, vocab_size; // stories260K's
+} CliFiles;
+
+static void test_cli_greedy(const CliFiles *f) {
+    const char *name = "cli: -t 0 -n 200 prints the reference greedy text";
+    char path[PATH_SIZE], got[256], status[64];
+    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    Bytes expect;
+    if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
+    CliResult r;
+    cli(&r, f->stories, "-z", f->tok512, "-t", "0", "-n", "200", NULL);
+    int exact = r.out.len == expect.len && memcmp(r.out.data, expect.data, expect.len) == 0;
+    int with_newline = r.out.len == expect.len + 1 && memcmp(r.out.data, expect.data, expect.len) == 0 &&
+                       r.out.data[expect.len] == '\n';
+    report(name, r.status == 0 && (exact || with_newline), "%s, stdout %s",
+           status_text(r.status, status, sizeof status), quoted(r.out.data, r.out.len, got, sizeof got));
+    report("cli: timing goes to stderr, not stdout", r.status == 0 && strstr(r.err.data, "/s") != NULL &&
+           (exact || with_newline), "stderr %s", quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    bytes_free(&expect);
+}
+
+static void test_cli_clamp(const CliFiles *f) {
+    const char *name = "cli: -n beyond the context is clamped with a notice (same text as -n 0)";
+    char too_many[32], status[64], got[256];
+    format_text(too_many, sizeof too_many, "%d", f->seq_len + 100);
+    CliResult full, clamped;
+    cli(&full, f->stories, "-z", f->tok512, "-t", "0", "-n", "0", NULL);
+    cli(&clamped, f->stories, "-z", f->tok512, "-t", "0", "-n", too_many, NULL);
+    int same = full.out.len == clamped.out.len && memcmp(full.out.data, clamped.out.data, full.out.len) == 0;
+    report(name, full.status == 0 && clamped.status == 0 && same && full.out.len > 0 &&
+           count_lines(&clamped.err) > count_lines(&full.err),
+           "-n %s: %s, %d stderr lines %s; -n 0: %d stderr lines; stdout %s", too_many,
+           status_text(clamped.status, status, sizeof status), count_lines(&clamped.err),
+           quoted(clamped.err.data, clamped.err.len, got, sizeof got), count_lines(&full.err),
+           same ? "identical" : "differs");
+    cli_free(&full);
+    cli_free(&clamped);
+}
+
+static void test_cli_long_prompt(const CliFiles *f) {
+    const char *name = "cli: a prompt longer than the context exits with status 1";
+    Tokenizer tk;
+    char status[64], got[256];
+    if (tokenizer_open(&tk, f->tok512, f->vocab_size) != 0) { report(name, 0, "%s", error_message); return; }
+    int n_ids;
+    char *prompt = long_prompt(&tk, f->seq_len, &n_ids);
+    CliResult r;
+    cli(&r, f->stories, "-z", f->tok512, "-t", "0", "-i", prompt, NULL);
+    report(name, r.status == 1 && r.err.len > 0, "%d prompt ids: %s, stderr %s", n_ids,
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    free(prompt);
+    tokenizer_close(&tk);
+}
+
+static void test_cli_prompt_file(const CliFiles *f) {
+    const char *text = "Once upon a time, L\xc3\xa9o saw a \xf0\x9f\x90\xb6 and said \"hi\"";
+    char status_i[64], status_f[64];
+    if (save_file("build/tmp/prompt.txt", text, strlen(text)) != 0) {
+        report("cli: -f FILE gives the same output as -i TEXT", 0, "cannot write build/tmp/prompt.txt");
+        return;
+    }
+    const char *modes[] = {"generate", "tokenize"};
+    for (int m = 0; m < 2; m++) {
+        char name[128];
+        format_text(name, sizeof name, "cli: -f FILE == -i TEXT (%s)", modes[m]);
+        CliResult a, b;
+        cli(&a, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-m", modes[m], "-i", text, NULL);
+        cli(&b, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-m", modes[m], "-f", "build/tmp/prompt.txt", NULL);
+        int same = a.out.len == b.out.len && memcmp(a.out.data, b.out.data, a.out.len) == 0;
+        report(name, a.status == 0 && b.status == 0 && same && a.out.len > 0, "-i: %s, -f: %s, stdout %s",
+               status_text(a.status, status_i, sizeof status_i), status_text(b.status, status_f, sizeof status_f),
+               same ? "identical" : "differs");
+        cli_free(&a);
+        cli_free(&b);
+    }
+}
+
+static void test_cli_seeds(const CliFiles *f) {
+    CliResult a, b, c;
+    char status[64];
+    cli(&a, f->stories, "-z", f->tok512, "-t", "1", "-p", "1", "-s", "7", "-n", "120", NULL);
+    cli(&b, f->stories, "-z", f->tok512, "-t", "1", "-p", "1", "-s", "7", "-n", "120", NULL);
+    cli(&c, f->stories, "-z", f->tok512, "-t", "1", "-p", "1", "-s", "8", "-n", "120", NULL);
+    int ab = a.out.len == b.out.len && memcmp(a.out.data, b.out.data, a.out.len) == 0;
+    int ac = a.out.len == c.out.len && memcmp(a.out.data, c.out.data, a.out.len) == 0;
+    report("cli: -s makes sampling reproducible", a.status == 0 && b.status == 0 && ab && a.out.len > 0, "%s",
+           status_text(a.status, status, sizeof status));
+    report("cli: different -s values sample differently", a.status == 0 && c.status == 0 && !ac, NULL);
+    cli_free(&a);
+    cli_free(&b);
+    cli_free(&c);
+}
+
+// One reference case through "./run -m tokenize -i TEXT": 1 if it prints
+// one line, BOS then the reference ids; detail says what was seen.
+static int cli_tokenize_check(const char *model, const char *tok, int bos, const char *text, const char *ids_line,
+                              size_t ids_len, char *detail, size_t size) {
+    char shown[256], got[256], want[256], status[64];
+    int *ids, n_ids, *printed = NULL, n_printed;
+    if (parse_ints(ids_line, ids_len, &ids, &n_ids) != 0) {
+        format_text(detail, size, "a line of the .out file is not a list of ids");
+        return 0;
+    }
+    CliResult r;
+    cli(&r, model, "-z", tok, "-m", "tokenize", "-i", text, NULL);
+    int parsed = parse_ints(r.out.data, r.out.len, &printed, &n_printed) == 0;
+    int same = parsed && n_printed == n_ids + 1 && printed[0] == bos &&
+               memcmp(printed + 1, ids, (size_t)n_ids * sizeof(int)) == 0;
+    int ok = r.status == 0 && same && count_lines(&r.out) == 1;
+    format_text(detail, size, "%s: %s, got %s, want BOS %d + %s", quoted(text, strlen(text), shown, sizeof shown),
+                status_text(r.status, status, sizeof status),
+                parsed ? id_list(printed, n_printed, got, sizeof got) : r.out.data, bos,
+                id_list(ids, n_ids, want, sizeof want));
+    free(printed);
+    free(ids);
+    cli_free(&r);
+    return ok;
+}
+
+static void cli_tokenize_case(const char *name, const char *model, const char *tok, int bos, const char *text,
+                              const char *ids_line, size_t ids_len) {
+    char detail[DETAIL_SIZE];
+    int ok = cli_tokenize_check(model, tok, bos, text, ids_line, ids_len, detail, sizeof detail);
+    report(name, ok, "%s", detail);
+}
+
+// Up to three cases of one .inp file that contain both a space and a
+// non-ASCII byte; returns how many were run.
+static int cli_tokenize_file(const char *dir, const char *inp_name) {
+    const VocabInfo *v = vocab_for(inp_name);
+    char inp[PATH_SIZE], out[PATH_SIZE], model[PATH_SIZE], tok[PATH_SIZE], problem[512];
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
+    Pieces cases, lines;
+    Transformer t;
+    if (!v || load_inp_cases(inp, &cases) != 0) return 0; // reported by the tokenizer tests
+    if (load_lines(out, &lines) != 0 || lines.n != cases.n) { pieces_free(&cases); return 0; }
+    shared_path(tok, v->tokenizer);
+    int taken = 0;
+    if (resolve_model(v->model, model, problem, sizeof problem) != 0) {
+        report("cli: -m tokenize fixture", 0, "%s", problem);
+    } else if (transformer_open(&t, model) != 0) {
+        report("cli: -m tokenize fixture", 0, "%s", error_message);
+    } else {
+        int bos = t.config.bos_id;
+        transformer_close(&t);
+        for (int c = 0; c < cases.n && taken < 3; c++) {
+            char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
+            int high = 0;
+            for (size_t j = 0; j < cases.len[c]; j++) high |= (unsigned char)text[j] >= 0x80;
+            if (high && strchr(text, ' ') && strlen(text) == cases.len[c]) {
+                char name[256];
+                format_text(name, sizeof name, "cli: -m tokenize, %s case %d", inp_name, c + 1);
+                cli_tokenize_case(name, model, tok, bos, text, lines.file.data + lines.start[c], lines.len[c]);
+                taken++;
+            }
+            free(text);
+        }
+    }
+    pieces_free(&cases);
+    pieces_free(&lines);
+    return taken;
+}
+
+static void test_cli_tokenize(void) {
+    char dir[PATH_SIZE];
+    shared_path(dir, "reference/tokenizer");
+    NameList files;
+    list_names(dir, ".inp", 0, &files);
+    int tested = 0;
+    for (int i = 0; i < files.n; i++) tested += cli_tokenize_file(dir, files.names[i]);
+    if (tested == 0) report("cli: -m tokenize reference cases", 0, "no case with a space and non-ASCII text found");
+    names_free(&files);
+}
+
+// "-m logits" on the reference case with the fewest ids.
+static void test_cli_logits(void) {
+    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], problem[512] = "", status[64];
+    shared_path(dir, "reference/logits");
+    NameList cases;
+    list_names(dir, NULL, 1, &cases);
+    int best = -1, best_n = 0;
+    for (int i = 0; i < cases.n; i++) {
+        int *ids, n;
+        format_text(path, sizeof path, "%s/%s/ids.txt", dir, cases.names[i]);
+        if (load_ints(path, &ids, &n) != 0) continue;
+        if (best < 0 || n < best_n) { best = i; best_n = n; }
+        free(ids);
+    }
+    if (best < 0) { report("cli: -m logits", 0, "no readable case in %s", dir); names_free(&cases); return; }
+    char name[256];
+    format_text(name, sizeof name, "cli: -m logits -f ids -o file, case %s", cases.names[best]);
+    format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[best]);
+    format_text(path, sizeof path, "%s/model.txt", case_dir);
+    Bytes description;
+    Transformer t;
+    LogitsCase c = {0};
+    if (load_file(path, &description) != 0 || resolve_model(description.data, model, problem, sizeof problem) != 0) {
+        report(name, 0, "cannot resolve the model: %s", problem);
+    } else if (transformer_open(&t, model) != 0) {
+        report(name, 0, "%s", error_message);
+    } else {
+        int vocab = t.config.vocab_size;
+        transformer_close(&t);
+        char ids_path[PATH_SIZE];
+        format_text(ids_path, sizeof ids_path, "%s/ids.txt", case_dir);
+        remove("build/tmp/cli-logits.f32");
+        CliResult r;
+        cli(&r, model, "-m", "logits", "-f", ids_path, "-o", "build/tmp/cli-logits.f32", NULL);
+        float *ours = NULL;
+        size_t n_ours = 0;
+        if (load_logits_case(case_dir, vocab, &c, problem, sizeof problem) != 0) {
+            report(name, 0, "%s", problem);
+        } else if (r.status != 0 || load_floats("build/tmp/cli-logits.f32", &ours, &n_ours) != 0 ||
+                   n_ours != (size_t)c.n_ids * vocab) {
+            report(name, 0, "%s, output holds %zu floats, want %d rows of %d",
+                   status_text(r.status, status, sizeof status), n_ours, c.n_ids, vocab);
+        } else {
+            double worst = 0;
+            for (int i = 0; i < c.n_rows; i++) {
+                double e = row_error(ours + (size_t)c.rows[i] * vocab, c.logits + (size_t)i * vocab, vocab);
+                if (!(e <= worst)) worst = e;
+            }
+            report(name, worst <= 1e-4 && r.out.len == 0, "worst %.2e x max|ref|, %zu bytes on stdout", worst,
+                   r.out.len);
+        }
+        free(ours);
+        cli_free(&r);
+    }
+    bytes_free(&description);
+    logits_case_free(&c);
+    names_free(&cases);
+}
+
+// Each usage error exits with status 2 and the usage text on stderr.
+static void test_cli_usage(const CliFiles *f) {
+    static const char *const bad[][2] = {
+        {"-t", "-1"}, {"-t", "abc"}, {"-n", "-5"}, {"-n", "12x"}, {"-p", "1.5"}, {"-k", "-1"}, {"-s", "-3"},
+        {"--min-p", "2"}, {"-p", ""}, {"--repeat-penalty", "x"}, {"--repeat-last-n", "-2"},
+        {"--bogus", "1"}, {"-x", "1"}, {"-t", NULL}, {"-i", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char name[128], status[64], got[256];
+        format_text(name, sizeof name, "cli: usage error '%s%s%s' -> status 2", bad[i][0], bad[i][1] ? " " : "",
+                 bad[i][1] ? bad[i][1] : "(no value)");
+        CliResult r;
+        cli(&r, f->stories, "-z", f->tok512, "-m", "tokenize", "-i", "hi", bad[i][0], bad[i][1], NULL);
+        int says_usage = strstr(r.err.data, "usage") || strstr(r.err.data, "Usage");
+        report(name, r.status == 2 && says_usage && r.out.len == 0, "%s, stderr %s",
+               status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+        cli_free(&r);
+    }
+    static const char *const flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
+                                        "-n", "-i", "-f", "-z", "-m", "-y", "-o", "-h"};
+    CliResult r;
+    cli(&r, f->stories, "--bogus", "1", NULL);
+    const char *missing = NULL;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0] && !missing; i++)
+        if (!strstr(r.err.data, flags[i])) missing = flags[i];
+    if (missing) report("cli: the usage text lists every flag", 0, "%s is missing", missing);
+    else report("cli: the usage text lists every flag", r.status == 2, "exit status %d", r.status);
+    cli_free(&r);
+}
+
+// Status 1 and exactly one line on stderr, naming the offending path (and
+// word, when given).
+static void expect_refusal(const char *name, const char *path, const char *word, CliResult *r) {
+    char status[64], got[512];
+    int ok = r->status == 1 && count_lines(&r->err) == 1 && strstr(r->err.data, path) != NULL &&
+             r->err.len > strlen(path) + 4 && (!word || strstr(r->err.data, word));
+    report(name, ok, "%s, stderr %s%s%s", status_text(r->status, status, sizeof status),
+           quoted(r->err.data, r->err.len, got, sizeof got), word ? ", must name " : "", word ? word : "");
+}
+
+static void expect_file_error(const char *name, const char *path, CliResult *r) {
+    expect_refusal(name, path, NULL, r);
+}
+
+// Runs a checkpoint in logits mode over a few ids (so that a file wrongly
+// accepted would run and exit 0) and expects a one-line error naming it.
+static void expect_bad_checkpoint(const char *name, const char *path) {
+    CliResult r;
+    cli(&r, path, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+    expect_file_error(name, path, &r);
+    cli_free(&r);
+}
+
+// Size in bytes of a version 0 file with this header, as its layout implies.
+static long long v0_size(const int h[7]) {
+    long long dim = h[0], hid = h[1], L = h[2], heads = h[3], kv = h[4], vocab = llabs((long long)h[5]), seq = h[6];
+    long long hs = heads > 0 ? dim / heads : 0, kv_dim = kv * hs;
+    long long floats = vocab * dim + 2 * L * dim + 2 * L * dim * dim + 2 * L * kv_dim * dim + 3 * L * hid * dim + dim +
+                       2 * (seq * hs / 2) + (h[5] < 0 ? vocab * dim : 0);
+    return 28 + 4 * floats;
+}
+
+// Writes a version 0 header and then zero bytes: the exact size its layout
+// implies when exact, else body bytes.
+static int write_v0_file(const char *path, const int h[7], int exact, long long body) {
+    long long size = exact ? v0_size(h) : 28 + body;
+    if (size < 28 || size > (64ll << 20)) return -1;
+    unsigned char *data = calloc((size_t)size, 1);
+    if (!data) return -1;
+    for (int i = 0; i < 7; i++) put_le32(data + 4 * i, (uint32_t)h[i]);
+    int err = save_file(path, data, (size_t)size);
+    free(data);
+    return err;
+}
+
+typedef struct {
+    const char *label;
+    int header[7];
+    int exact; // 1: the file has exactly the size its header implies
+} BadHeader;
+
+static const BadHeader bad_headers[] = {
+    {"dim 0", {0, 172, 2, 8, 4, 512, 32}, 1},
+    {"hidden_dim 0", {64, 0, 2, 8, 4, 512, 32}, 1},
+    {"n_layers 0", {64, 172, 0, 8, 4, 512, 32}, 1},
+    {"n_heads 0", {64, 172, 2, 0, 4, 512, 32}, 1},
+    {"n_kv_heads 0", {64, 172, 2, 8, 0, 512, 32}, 1},
+    {"vocab_size 0", {64, 172, 2, 8, 4, 0, 32}, 1},
+    {"seq_len 0", {64, 172, 2, 8, 4, 512, 0}, 1},
+    {"dim -64", {-64, 172, 2, 8, 4, 512, 32}, 0},
+    {"hidden_dim -172", {64, -172, 2, 8, 4, 512, 32}, 0},
+    {"n_layers -2", {64, 172, -2, 8, 4, 512, 32}, 0},
+    {"n_heads -8", {64, 172, 2, -8, 4, 512, 32}, 0},
+    {"n_kv_heads -4", {64, 172, 2, 8, -4, 512, 32}, 0},
+    {"seq_len -32", {64, 172, 2, 8, 4, 512, -32}, 0},
+    {"dim % n_heads != 0", {64, 172, 2, 6, 6, 512, 32}, 1},
+    {"n_heads % n_kv_heads != 0", {64, 172, 2, 8, 3, 512, 32}, 1},
+    {"odd head_size", {72, 172, 2, 8, 4, 512, 32}, 1},
+    {"n_kv_heads > n_heads", {64, 172, 2, 4, 8, 512, 32}, 1},
+    {"dim 65536, vocab 2^30, tiny file", {65536, 172, 2, 8, 4, 1 << 30, 32}, 0},
+    {"sizes overflowing 32 bits, tiny file", {65536, 65536, 4096, 256, 256, 65536, 65536}, 0},
+    {"unshared vocab -2^30, tiny file", {64, 172, 2, 8, 4, -(1 << 30), 32}, 0},
+    {"seq_len 2^31-1, tiny file", {64, 172, 2, 8, 4, 512, INT_MAX}, 0},
+    {"all sizes 2^31-1", {INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX}, 0},
+};
+
+static void test_bad_headers(void) {
+    static const int good[7] = {64, 172, 2, 8, 4, 512, 32};
+    char status[64], got[256];
+    CliResult r;
+    // The control: the same layout with sane values is accepted, so each
+    // refusal below is about the one bad value.
+    write_v0_file("build/bad/control.bin", good, 1, 0);
+    cli(&r, "build/bad/control.bin", "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+    report("bad checkpoint control: a well-formed zero-weight file is accepted", r.status == 0, "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    for (size_t i = 0; i < sizeof bad_headers / sizeof bad_headers[0]; i++) {
+        char name[128], path[PATH_SIZE];
+        format_text(path, sizeof path, "build/bad/header-%zu.bin", i);
+        format_text(name, sizeof name, "bad checkpoint: %s", bad_headers[i].label);
+        if (write_v0_file(path, bad_headers[i].header, bad_headers[i].exact, 100) != 0) {
+            report(name, 0, "cannot write %s", path);
+            continue;
+        }
+        expect_bad_checkpoint(name, path);
+    }
+}
+
+// Damaged copies of stories260K.bin: cut short, extended, emptied; and
+// paths that are not files.
+static void test_bad_checkpoint_files(const CliFiles *f) {
+    Bytes model;
+    if (load_file(f->stories, &model) != 0) { report("bad checkpoint files", 0, "cannot read %s", f->stories); return; }
+    char *longer = calloc(model.len + 4, 1);
+    memcpy(longer, model.data, model.len);
+    save_file("build/bad/truncated.bin", model.data, model.len - 1);
+    save_file("build/bad/extra-bytes.bin", longer, model.len + 4);
+    save_file("build/bad/header-only.bin", model.data, 28);
+    save_file("build/bad/short-header.bin", model.data, 10);
+    save_file("build/bad/empty.bin", "", 0);
+    static const char *const checkpoints[][2] = {
+        {"truncated by one byte", "build/bad/truncated.bin"},
+        {"four extra bytes", "build/bad/extra-bytes.bin"},
+        {"header only", "build/bad/header-only.bin"},
+        {"shorter than a header", "build/bad/short-header.bin"},
+        {"empty file", "build/bad/empty.bin"},
+        {"a directory", "build/bad/directory.bin"},
+        {"missing file", "build/bad/missing.bin"},
+    };
+    for (size_t i = 0; i < sizeof checkpoints / sizeof checkpoints[0]; i++) {
+        char name[128];
+        format_text(name, sizeof name, "bad checkpoint: %s", checkpoints[i][0]);
+        expect_bad_checkpoint(name, checkpoints[i][1]);
+    }
+    free(longer);
+    bytes_free(&model);
+}
+
+// Tokenizers that are damaged or belong to another vocabulary size.
+static void test_bad_tokenizers(const CliFiles *f) {
+    Bytes tok;
+    if (load_file(f->tok512, &tok) != 0) { report("bad tokenizer files", 0, "cannot read %s", f->tok512); return; }
+    save_file("build/bad/tok-truncated.bin", tok.data, tok.len / 2);
+    save_file("build/bad/tok-empty.bin", "", 0);
+    bytes_free(&tok);
+    const char *cases[][3] = { // name, checkpoint, tokenizer
+        {"bad tokenizer: truncated", f->stories, "build/bad/tok-truncated.bin"},
+        {"bad tokenizer: empty file", f->stories, "build/bad/tok-empty.bin"},
+        {"bad tokenizer: missing file", f->stories, "build/bad/missing.bin"},
+        {"bad tokenizer: a directory", f->stories, "build/bad/directory.bin"},
+        {"bad tokenizer: Llama 2 tokenizer with stories260K", f->stories, f->llama_tok},
+        {"bad tokenizer: tok512.bin with an s15m model", f->s15m, f->tok512},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CliResult r;
+        cli(&r, cases[i][1], "-z", cases[i][2], "-m", "tokenize", "-i", "hi", NULL);
+        expect_file_error(cases[i][0], cases[i][2], &r);
+        cli_free(&r);
+    }
+}
+
+// Prompt files (-f) that cannot be read, and id files for the logits mode
+// with ids the model cannot take.
+static void test_bad_input_files(const CliFiles *f) {
+    const char *prompts[][2] = {
+        {"bad prompt file: missing", "build/bad/missing.bin"},
+        {"bad prompt file: a directory", "build/bad/directory.bin"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        CliResult r;
+        cli(&r, f->stories, "-z", f->tok512, "-t", "0", "-f", prompts[i][1], NULL);
+        expect_file_error(prompts[i][0], prompts[i][1], &r);
+        cli_free(&r);
+    }
+    char outside[64];
+    format_text(outside, sizeof outside, "1 %d 3\n", f->vocab_size); // the first id past the vocabulary
+    save_file("build/bad/ids-outside.txt", outside, strlen(outside));
+    size_t cap = (size_t)(f->seq_len + 5) * 2 + 1, n = 0;
+    char *many = malloc(cap);
+    for (int i = 0; i < f->seq_len + 5; i++) n += (size_t)format_text(many + n, cap - n, "1 ");
+    save_file("build/bad/ids-too-many.txt", many, n);
+    free(many);
+    const char *ids[][2] = {
+        {"bad ids file: an id outside the vocabulary", "build/bad/ids-outside.txt"},
+        {"bad ids file: more ids than the context", "build/bad/ids-too-many.txt"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        CliResult r;
+        cli(&r, f->stories, "-m", "logits", "-f", ids[i][1], "-o", "build/tmp/bad-out.f32", NULL);
+        expect_file_error(ids[i][0], ids[i][1], &r);
+        cli_free(&r);
+    }
+}
+
+// Damaged version 1 headers, patched into a converted stories260K.
+static void test_bad_v1(const CliFiles *f) {
+    Bytes v1;
+    if (convert_to_v1(f->stories, "build/bad/v1-good.bin", 10000.0f, 1e-5f) != 0 ||
+        load_file("build/bad/v1-good.bin", &v1) != 0) {
+        report("bad v1 files", 0, "cannot convert %s", f->stories);
+        return;
+    }
+    unsigned char *data = (unsigned char *)v1.data;
+    CliResult r;
+    char status[64];
+    cli(&r, "build/bad/v1-good.bin", "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+    report("bad v1 control: the converted file itself is accepted", r.status == 0, "%s",
+           status_text(r.status, status, sizeof status));
+    cli_free(&r);
+    struct { const char *label; int offset; uint32_t value; } patches[] = {
+        {"version 2", 4, 2},
+        {"version 0 with the RUNC magic", 4, 0},
+        {"head_size not dim / n_heads", 36, get_le32(data + 36) * 2},
+        {"unknown weight_type 99", 60, 99},
+        {"shared_classifier 0 but no wcls stored", 48, 0},
+    };
+    for (size_t i = 0; i < sizeof patches / sizeof patches[0]; i++) {
+        char name[128], path[PATH_SIZE];
+        format_text(name, sizeof name, "bad v1 checkpoint: %s", patches[i].label);
+        format_text(path, sizeof path, "build/bad/v1-patch-%zu.bin", i);
+        uint32_t old = get_le32(data + patches[i].offset);
+        put_le32(data + patches[i].offset, patches[i].value);
+        save_file(path, data, v1.len);
+        put_le32(data + patches[i].offset, old);
+        expect_bad_checkpoint(name, path);
+    }
+    char *longer = calloc(v1.len + 64, 1);
+    memcpy(longer, v1.data, v1.len);
+    save_file("build/bad/v1-truncated.bin", v1.data, v1.len - 4);
+    save_file("build/bad/v1-extra.bin", longer, v1.len + 64);
+    save_file("build/bad/v1-header-only.bin", v1.data, 256);
+    expect_bad_checkpoint("bad v1 checkpoint: truncated by 4 bytes", "build/bad/v1-truncated.bin");
+    expect_bad_checkpoint("bad v1 checkpoint: 64 extra bytes", "build/bad/v1-extra.bin");
+    expect_bad_checkpoint("bad v1 checkpoint: header only", "build/bad/v1-header-only.bin");
+    free(longer);
+    bytes_free(&v1);
+}
+
+// Fills the paths the command-line tests share and writes their small
+// input files; reports a failure under name and returns -1 if it cannot.
+static int cli_files_init(CliFiles *f, const char *name) {
+    char problem[512];
+    if (!file_exists("./run")) {
+        report(name, 0, "./run is missing: build it first (make run); run the tests from the repository root");
+        return -1;
+    }
+    shared_path(f->stories, "models/stories260K/stories260K.bin");
+    shared_path(f->tok512, "models/stories260K/tok512.bin");
+    shared_path(f->llama_tok, "models/llama2/tokenizer.bin");
+    if (resolve_model("mkmodel s15m (seed 1)", f->s15m, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        return -1;
+    }
+    Transformer t;
+    if (transformer_open(&t, f->stories) != 0) { report(name, 0, "%s", error_message); return -1; }
+    f->seq_len = t.config.seq_len;
+    f->vocab_size = t.config.vocab_size;
+    transformer_close(&t);
+    save_file("build/tmp/ids3.txt", "1 2 3\n", 6);
+    mkdir("build/bad/directory.bin", 0755);
+    remove("build/bad/missing.bin");
+    return 0;
+}
+
+static void cli_tests(void) {
+    CliFiles f;
+    if (cli_files_init(&f, "cli: fixtures") != 0) return;
+
+    test_cli_greedy(&f);
+    test_cli_clamp(&f);
+    test_cli_long_prompt(&f);
+    test_cli_prompt_file(&f);
+    test_cli_seeds(&f);
+    test_cli_tokenize();
+    test_cli_logits();
+    test_cli_usage(&f);
+    test_bad_headers();
+    test_bad_checkpoint_files(&f);
+    test_bad_tokenizers(&f);
+    test_bad_input_files(&f);
+    test_bad_v1(&f);
+}
+
+/* ============================================================================
+   Chat (issue 3): Llama 2's format through "./run -m chat --trace FILE" */
+
+#define CHAT_TRACE "build/tmp/chat.trace"
+#define CHAT_SCRIPT "build/tmp/chat-script.txt"
+
+// Undoes the TSV escapes \n, \t and \\ of the string s in place.
+static void tsv_unescape(char *s) {
+    size_t o = 0;
+    for (size_t i = 0; s[i]; i++) {
+        char next = s[i + 1];
+        if (s[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
+            s[o++] = next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+            i++;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    s[o] = '\0';
+}
+
+// The ids --trace wrote (none if the file is empty); -1 if it is missing.
+static int load_trace(IntList *trace) {
+    int *ids, n;
+    memset(trace, 0, sizeof *trace);
+    if (load_ints(CHAT_TRACE, &ids, &n) != 0) return -1;
+    ints_add(trace, ids, n);
+    free(ids);
+    return 0;
+}
+
+// "-y SYSTEM -i USER -n 1" feeds exactly the row's ids: the one token
+// sampled for the reply is not fed, and stdin is empty, so the chat ends.
+static void check_chat_row(const char *name, const CliFiles *f, const char *system, const char *user,
+                           const char *ids_text) {
+    int *want, n_want;
+    char status[64], got[256], expect[256], err[256];
+    if (parse_ints(ids_text, strlen(ids_text), &want, &n_want) != 0 || n_want == 0) {
+        report(name, 0, "the ids column is not a list of ids");
+        return;
+    }
+    remove(CHAT_TRACE);
+    CliResult r;
+    cli(&r, f->s15m, "-z", f->llama_tok, "-m", "chat", "-y", system, "-i", user, "-n", "1", "-t", "0", "--trace",
+        CHAT_TRACE, NULL);
+    IntList trace;
+    int traced = load_trace(&trace) == 0;
+    int differ = traced ? first_difference(trace.v, trace.n, want, n_want) : 0;
+    report(name, r.status == 0 && r.err.len == 0 && traced && differ < 0,
+           "%s, stderr %s, fed %s, want %s (first difference at %d)", status_text(r.status, status, sizeof status),
+           quoted(r.err.data, r.err.len, err, sizeof err),
+           traced ? id_list(trace.v, trace.n, got, sizeof got) : "no trace",
+           id_list(want, n_want, expect, sizeof expect), differ);
+    ints_free(&trace);
+    free(want);
+    cli_free(&r);
+}
+
+// Every row of reference/chat/llama2_chat.tsv (system, user, ids).
+static void test_chat_rendering(const CliFiles *f) {
+    char path[PATH_SIZE];
+    shared_path(path, "reference/chat/llama2_chat.tsv");
+    Pieces lines;
+    if (load_lines(path, &lines) != 0 || lines.n == 0) {
+        report("chat: rendering == reference/chat/llama2_chat.tsv", 0, "cannot read %s", path);
+        return;
+    }
+    for (int i = 0; i < lines.n; i++) {
+        char name[128];
+        format_text(name, sizeof name, "chat: -y/-i rendering == llama2_chat.tsv row %d", i + 1);
+        char *system = strndup(lines.file.data + lines.start[i], lines.len[i]);
+        char *user = strchr(system, '\t'), *ids = user ? strchr(user + 1, '\t') : NULL;
+        if (!ids) {
+            report(name, 0, "not three tab-separated columns");
+        } else {
+            *user++ = '\0';
+            *ids++ = '\0';
+            tsv_unescape(system);
+            tsv_unescape(user);
+            check_chat_row(name, f, system, user, ids);
+        }
+        free(system);
+    }
+    pieces_free(&lines);
+}
+
+// BOS + encode of one turn in Meta's format. with_system: the turn is the
+// first in the context, and so carries the system prompt, if there is one.
+static int *chat_turn_ids(Tokenizer *tk, const char *system, const char *user, int with_system, int *n) {
+    size_t size = strlen(system) + strlen(user) + 64;
+    char *text = malloc(size);
+    if (with_system && system[0]) format_text(text, size, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", system, user);
+    else format_text(text, size, "[INST] %s [/INST]", user);
+    int *ids = encode_text(tk, text, strlen(text), 1, n);
+    free(text);
+    return ids;
+}
+
+// The conversation README's chat section describes, computed here at
+// temperature 0 with run.c's encode(), forward() and argmax(): every id fed
+// to the model in order (what --trace must hold), the replies as printed,
+// and the times the context was rebuilt.
+typedef struct {
+    Transformer *t;
+    Tokenizer *tk;
+    const char *system;
+    int limit, reserve;       // tokens per reply (-n); room a turn keeps for its reply
+    char **users;             // every turn so far: the message,
+    IntList *replies;         // the reply's ids with EOS last,
+    char **printed;           // and the reply as printed
+    int n_turns, first_kept;  // turns before first_kept were dropped
+    int n_context, pos;       // ids in the context; ids fed since it was last (re)built
+    IntList pending;          // ids in the context that are not fed yet
+    IntList fed;              // every id fed, in order
+    int restarts, refusals, replies_ended, overflow;
+} ExpectedChat;
+
+static void expected_chat_init(ExpectedChat *c, Transformer *t, Tokenizer *tk, const char *system, int limit) {
+    memset(c, 0, sizeof *c);
+    c->t = t;
+    c->tk = tk;
+    c->system = system;
+    c->limit = limit > 0 ? limit : t->config.seq_len;
+    int quarter = t->config.seq_len / 4;
+    c->reserve = c->limit < quarter ? c->limit : quarter; // README: min(-n, context/4)
+}
+
+static void expected_chat_free(ExpectedChat *c) {
+    for (int i = 0; i < c->n_turns; i++) {
+        free(c->users[i]);
+        ints_free(&c->replies[i]);
+        free(c->printed[i]);
+    }
+    free(c->users);
+    free(c->replies);
+    free(c->printed);
+    ints_free(&c->pending);
+    ints_free(&c->fed);
+}
+
+// Feeds the pending ids at the next positions; returns the last logits
+// (NULL if nothing was fed). Never feeds past the context: it would be a
+// mistake of this model of the chat, reported as such.
+static float *expected_feed(ExpectedChat *c) {
+    float *logits = NULL;
+    for (int i = 0; i < c->pending.n; i++) {
+        if (c->pos >= c->t->config.seq_len) { c->overflow = 1; break; }
+        logits = forward(c->t, c->pending.v[i], c->pos++);
+        ints_add(&c->fed, &c->pending.v[i], 1);
+    }
+    c->pending.n = 0;
+    return logits;
+}
+
+// Ids that turns first..n_turns-1 take when the context is rebuilt from
+// them, the first one with the system prompt; appended to out when given.
+static int expected_kept(ExpectedChat *c, int first, IntList *out) {
+    int total = 0;
+    for (int i = first; i < c->n_turns; i++) {
+        int n;
+        int *ids = chat_turn_ids(c->tk, c->system, c->users[i], i == first, &n);
+        if (out) {
+            ints_add(out, ids, n);
+            ints_add(out, c->replies[i].v, c->replies[i].n);
+        }
+        total += n + c->replies[i].n;
+        free(ids);
+    }
+    return total;
+}
+
+// The context policy of README: when a turn does not fit with room for its
+// reply, the fewest oldest whole turns are dropped and what is kept is
+// evaluated again from position 0; a message that cannot fit even alone is
+// refused and nothing changes. 1 if the turn goes on.
+static int expected_make_room(ExpectedChat *c, const char *user) {
+    for (int first = c->first_kept + 1; first <= c->n_turns; first++) {
+        int n;
+        free(chat_turn_ids(c->tk, c->system, user, first == c->n_turns, &n));
+        if (expected_kept(c, first, NULL) + n + c->reserve > c->t->config.seq_len) continue;
+        c->pending.n = 0; // what was not fed yet is part of the rebuilt context, or dropped
+        c->n_context = expected_kept(c, first, &c->pending);
+        c->first_kept = first;
+        c->pos = 0;
+        c->restarts++;
+        return 1;
+    }
+    c->refusals++;
+    return 0;
+}
+
+// The reply at temperature 0: argmax until EOS or limit tokens (BOS ends a
+// reply too, as it ends generation: llama2.c's checkpoints end stories with
+// it). Each token but the last is fed to get the next one's logits; the
+// last, and the EOS that closes every reply, wait in the context for the
+// next turn, which feeds them first.
+static void expected_reply(ExpectedChat *c, float *logits, IntList *reply, char **printed) {
+    const Config *cfg = &c->t->config;
+    size_t printed_len = 0;
+    FILE *out = open_memstream(printed, &printed_len);
+    TextOut text = {out, {0}, 0};
+    int prev = -1; // the first piece keeps its leading space
+    for (int k = 0; k < c->limit && logits; k++) {
+        int next = argmax(logits, cfg->vocab_size);
+        if (next == cfg->eos_id || next == cfg->bos_id) { c->replies_ended++; break; }
+        size_t len;
+        const char *piece = decode(c->tk, prev, next, &len);
+        text_put(&text, piece, len);
+        prev = next;
+        ints_add(reply, &next, 1);
+        ints_add(&c->pending, &next, 1);
+        c->n_context++;
+        if (k + 1 < c->limit) logits = expected_feed(c);
+    }
+    text_finish(&text);
+    fclose(out);
+    ints_add(reply, &cfg->eos_id, 1);
+    ints_add(&c->pending, &cfg->eos_id, 1);
+    c->n_context++;
+}
+
+// One line of the user's; empty lines are skipped.
+static void expected_turn(ExpectedChat *c, const char *user) {
+    if (!user[0]) return;
+    int n;
+    int *ids = chat_turn_ids(c->tk, c->system, user, c->first_kept == c->n_turns, &n);
+    if (c->n_context + n + c->reserve > c->t->config.seq_len) {
+        free(ids);
+        if (!expected_make_room(c, user)) return;
+        ids = chat_turn_ids(c->tk, c->system, user, c->first_kept == c->n_turns, &n);
+    }
+    ints_add(&c->pending, ids, n);
+    c->n_context += n;
+    free(ids);
+    c->users = realloc(c->users, (size_t)(c->n_turns + 1) * sizeof(char *));
+    c->replies = realloc(c->replies, (size_t)(c->n_turns + 1) * sizeof(IntList));
+    c->printed = realloc(c->printed, (size_t)(c->n_turns + 1) * sizeof(char *));
+    c->users[c->n_turns] = strdup(user);
+    c->replies[c->n_turns] = (IntList){0};
+    expected_reply(c, expected_feed(c), &c->replies[c->n_turns], &c->printed[c->n_turns]);
+    c->n_turns++;
+}
+
+// A conversation: its stdin (the system prompt, then one message a line),
+// the model and tokenizer, and -n.
+typedef struct {
+    const char *label, *model, *tokenizer;
+    int limit;
+    const char *const *lines; // system prompt first, NULL after the last message
+} ChatScript;
+
+static int write_script(const ChatScript *s) {
+    FILE *f = fopen(CHAT_SCRIPT, "wb");
+    if (!f) return -1;
+    for (int i = 0; s->lines[i]; i++) fprintf(f, "%s\n", s->lines[i]);
+    return fclose(f);
+}
+
+// Opens the script's model and tokenizer (BOS and EOS from the model, as
+// ./run takes them for a tokenizer.bin) and computes the conversation.
+static int expect_script(const ChatScript *s, Transformer *t, Tokenizer *tk, ExpectedChat *c, char *problem,
+                         size_t size) {
+    if (transformer_open(t, s->model) != 0) return set_problem(problem, size, "%s", error_message);
+    if (tokenizer_open(tk, s->tokenizer, t->config.vocab_size) != 0) {
+        format_text(problem, size, "%s", error_message);
+        transformer_close(t);
+        return -1;
+    }
+    tk->bos_id = t->config.bos_id;
+    tk->eos_id = t->config.eos_id;
+    expected_chat_init(c, t, tk, s->lines[0], s->limit);
+    for (int i = 1; s->lines[i]; i++) expected_turn(c, s->lines[i]);
+    if (c->overflow) {
+        expected_chat_free(c);
+        tokenizer_close(tk);
+        transformer_close(t);
+        return set_problem(problem, size, "the test's own conversation overflows the context (fixture error)");
+    }
+    return 0;
+}
+
+// The script through a pipe at -t 0; its trace, stdout and stderr.
+static void run_script(const ChatScript *s, CliResult *r, IntList *trace) {
+    char limit[32];
+    format_text(limit, sizeof limit, "%d", s->limit);
+    remove(CHAT_TRACE);
+    write_script(s);
+    cli_input(r, CHAT_SCRIPT, s->model, "-z", s->tokenizer, "-m", "chat", "-t", "0", "-n", limit, "--trace",
+              CHAT_TRACE, NULL);
+    if (load_trace(trace) != 0) memset(trace, 0, sizeof *trace);
+}
+
+// Describes how the trace compares with the expected ids.
+static const char *trace_comparison(const IntList *trace, const IntList *want, char *buf, size_t size) {
+    int at = first_difference(trace->v, trace->n, want->v, want->n);
+    char got[256], expect[256];
+    if (at < 0) format_text(buf, size, "%d ids, identical", trace->n);
+    else format_text(buf, size, "%d ids fed, %d expected; first difference at %d: got %s, want %s", trace->n,
+                     want->n, at, id_list(trace->v + at, trace->n - at, got, sizeof got),
+                     id_list(want->v + at, want->n - at, expect, sizeof expect));
+    return buf;
+}
+
+// The transcript on stdout: each message after "User: ", each reply after
+// "Assistant: ", in order.
+static int transcript_matches(const char *out, const ExpectedChat *c, char *problem, size_t size) {
+    const char *p = out;
+    char shown[256];
+    for (int i = 0; i < c->n_turns; i++) {
+        size_t need = strlen(c->users[i]) + strlen(c->printed[i]) + 32;
+        char *user = malloc(need), *reply = malloc(need);
+        format_text(user, need, "User: %s\n", c->users[i]);
+        format_text(reply, need, "Assistant: %s\n", c->printed[i]);
+        const char *at = strstr(p, user);
+        const char *at_reply = at ? strstr(at + strlen(user), reply) : NULL;
+        if (!at || !at_reply)
+            set_problem(problem, size, "turn %d: %s not found", i + 1,
+                        quoted(at ? reply : user, strlen(at ? reply : user), shown, sizeof shown));
+        else p = at_reply + strlen(reply);
+        free(user);
+        free(reply);
+        if (!at || !at_reply) return 0;
+    }
+    return 1;
+}
+
+// Runs chat_mode in this process on the script (stdin from it, stdout to a
+// file); returns the forward passes it made, -1 if it failed.
+static long long chat_forward_passes(const ChatScript *s, Transformer *t, Tokenizer *tk) {
+    Sampler sampler;
+    sampler_init(&sampler, t->config.vocab_size, sampling(0.0f, 0.9f, 0, 0.0f), 1);
+    long long before = t->n_forward;
+    int in = fd_to_file(0, CHAT_SCRIPT, O_RDONLY);
+    int out = fd_to_file(1, "build/tmp/chat-inprocess.out", O_WRONLY | O_CREAT | O_TRUNC);
+    int err = chat_mode(t, tk, &sampler, NULL, NULL, s->limit);
+    fd_restore(1, out);
+    fd_restore(0, in);
+    sampler_free(&sampler);
+    return err == 0 ? t->n_forward - before : -1;
+}
+
+// A scripted conversation at -t 0: the trace is the rendering of every turn
+// with the model's own replies in between, each fed once.
+static void test_chat_script(const ChatScript *s) {
+    char name[256], problem[512] = "", status[64], comparison[1024], err[256];
+    Transformer t;
+    Tokenizer tk;
+    ExpectedChat c;
+    format_text(name, sizeof name, "chat: scripted conversation through a pipe, %s: trace == rendering + replies",
+                s->label);
+    if (expect_script(s, &t, &tk, &c, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    CliResult r;
+    IntList trace;
+    run_script(s, &r, &trace);
+    int same = first_difference(trace.v, trace.n, c.fed.v, c.fed.n) < 0;
+    report(name, r.status == 0 && r.err.len == 0 && same && c.n_turns >= 3,
+           "%s, stderr %s, %d turns (%d replies ended by the model, the rest by -n %d): %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err), c.n_turns,
+           c.replies_ended, s->limit, trace_comparison(&trace, &c.fed, comparison, sizeof comparison));
+
+    format_text(name, sizeof name, "chat: stdout holds the User:/Assistant: transcript with the replies, %s",
+                s->label);
+    report(name, transcript_matches(r.out.data, &c, problem, sizeof problem), "%s", problem);
+
+    format_text(name, sizeof name, "chat: forward passes == ids fed == ids of the conversation (no re-evaluation), %s",
+                s->label);
+    long long passes = chat_forward_passes(s, &t, &tk);
+    report(name, passes == c.fed.n && trace.n == c.fed.n, "%lld forward passes in chat_mode, %d ids traced, %d ids in "
+           "the conversation", passes, trace.n, c.fed.n);
+    ints_free(&trace);
+    cli_free(&r);
+    expected_chat_free(&c);
+    tokenizer_close(&tk);
+    transformer_close(&t);
+}
+
+// Where the trace restarts at position 0: every later place where the ids
+// of a turn carrying the system prompt begin (only a rebuilt context puts
+// the system prompt anywhere but first). Fills the longest stretch fed
+// between restarts; returns the number of restarts.
+static int trace_restarts(const IntList *trace, Tokenizer *tk, const char *system, int *longest) {
+    int na, nb;
+    int *a = chat_turn_ids(tk, system, "a", 1, &na), *b = chat_turn_ids(tk, system, "b", 1, &nb);
+    int prefix = 0; // the ids every turn with this system prompt starts with
+    while (prefix < na && prefix < nb && a[prefix] == b[prefix]) prefix++;
+    int restarts = 0, start = 0;
+    *longest = 0;
+    for (int i = 1; i + prefix <= trace->n; i++) {
+        if (memcmp(trace->v + i, a, (size_t)prefix * sizeof(int)) != 0) continue;
+        if (i - start > *longest) *longest = i - start;
+        start = i;
+        restarts++;
+    }
+    if (trace->n - start > *longest) *longest = trace->n - start;
+    free(a);
+    free(b);
+    return restarts;
+}
+
+// A conversation that outgrows a 96-position context: it goes on, says so
+// on stderr, and feeds the kept turns again from position 0.
+static void test_chat_overflow(const ChatScript *s) {
+    const char *name = "chat: a full context drops the oldest turns and evaluates the kept ones again";
+    char problem[512] = "", status[64], comparison[1024], err[512];
+    Transformer t;
+    Tokenizer tk;
+    ExpectedChat c;
+    if (expect_script(s, &t, &tk, &c, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    CliResult r;
+    IntList trace;
+    run_script(s, &r, &trace);
+    int same = first_difference(trace.v, trace.n, c.fed.v, c.fed.n) < 0;
+    if (c.restarts < 2) {
+        report(name, 0, "fixture too weak: the conversation rebuilds the context only %d times", c.restarts);
+    } else {
+        report(name, r.status == 0 && same && count_lines(&r.err) == c.restarts,
+               "%s, %d rebuilds expected, %d stderr lines %s; %s", status_text(r.status, status, sizeof status),
+               c.restarts, count_lines(&r.err), quoted(r.err.data, r.err.len, err, sizeof err),
+               trace_comparison(&trace, &c.fed, comparison, sizeof comparison));
+    }
+    int longest, restarts = trace_restarts(&trace, &tk, s->lines[0], &longest);
+    report("chat: never more than seq_len ids fed between re-evaluations (trace)",
+           restarts == c.restarts && restarts > 0 && longest <= t.config.seq_len,
+           "%d re-evaluations found in the trace (%d expected), longest stretch %d ids, seq_len %d", restarts,
+           c.restarts, longest, t.config.seq_len);
+    ints_free(&trace);
+    cli_free(&r);
+    expected_chat_free(&c);
+    tokenizer_close(&tk);
+    transformer_close(&t);
+}
+
+// A message that cannot fit the context even alone: refused with one line
+// on stderr, and the conversation goes on as if it had not been sent.
+static void test_chat_refusal(const ChatScript *s) {
+    const char *name = "chat: a message too long for the context even alone is refused; the chat goes on";
+    char problem[512] = "", status[64], comparison[1024], err[256];
+    Transformer t;
+    Tokenizer tk;
+    ExpectedChat c;
+    if (expect_script(s, &t, &tk, &c, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    CliResult r;
+    IntList trace;
+    run_script(s, &r, &trace);
+    int same = first_difference(trace.v, trace.n, c.fed.v, c.fed.n) < 0;
+    if (c.refusals != 1 || c.n_turns < 2)
+        report(name, 0, "fixture error: %d refusals, %d turns", c.refusals, c.n_turns);
+    else report(name, r.status == 0 && same && count_lines(&r.err) == 1, "%s, stderr %s; %s",
+                status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err),
+                trace_comparison(&trace, &c.fed, comparison, sizeof comparison));
+    ints_free(&trace);
+    cli_free(&r);
+    expected_chat_free(&c);
+    tokenizer_close(&tk);
+    transformer_close(&t);
+}
+
+// End of input at each prompt ends the program with status 0 and nothing
+// on stderr, after feeding exactly the turns that were complete.
+static void test_chat_eof(const CliFiles *f) {
+    static const struct {
+        const char *label, *input, *system, *first;
+        int turns; // complete turns before the end of input
+    } cases[] = {
+        {"before the system prompt", "", NULL, NULL, 0},
+        {"after the system prompt", "Be brief.\n", NULL, NULL, 0},
+        {"inside the system prompt line (no newline)", "Be brief.", NULL, NULL, 0},
+        {"after turn 1", "Be brief.\nHello\n", NULL, NULL, 1},
+        {"at the first message, with -y", "", "Be brief.", NULL, 0},
+        {"after turn 1, with -y and -i", "", "Be brief.", "Hello", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[128], status[64], err[256];
+        format_text(name, sizeof name, "chat: end of input %s: status 0, nothing on stderr", cases[i].label);
+        save_file(CHAT_SCRIPT, cases[i].input, strlen(cases[i].input));
+        remove(CHAT_TRACE);
+        const char *args[8] = {NULL};
+        int n = 0;
+        if (cases[i].system) { args[n++] = "-y"; args[n++] = cases[i].system; }
+        if (cases[i].first) { args[n++] = "-i"; args[n++] = cases[i].first; }
+        CliResult r;
+        cli_input(&r, CHAT_SCRIPT, f->stories, "-z", f->tok512, "-m", "chat", "-t", "0", "-n", "8", "--trace",
+                  CHAT_TRACE, args[0], args[1], args[2], args[3], NULL);
+        IntList trace;
+        int traced = load_trace(&trace) == 0;
+        int fed_ok = traced && (cases[i].turns > 0 ? trace.n > 0 : trace.n == 0);
+        report(name, r.status == 0 && r.err.len == 0 && fed_ok, "%s, stderr %s, %d ids fed",
+               status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err),
+               traced ? trace.n : -1);
+        ints_free(&trace);
+        cli_free(&r);
+    }
+}
+
+// A line holding a NUL byte is refused with a message; the chat goes on
+// exactly as if the line had not been typed.
+static void test_chat_nul_line(const CliFiles *f) {
+    const char *name = "chat: a line with a NUL byte is refused on stderr; the chat goes on";
+    static const char with_nul[] = "Be brief.\nHel\0lo\nHello\n", without[] = "Be brief.\nHello\n";
+    char status[64], err[256], comparison[1024];
+    CliResult a, b;
+    IntList trace_a, trace_b;
+    save_file(CHAT_SCRIPT, with_nul, sizeof with_nul - 1);
+    remove(CHAT_TRACE);
+    cli_input(&a, CHAT_SCRIPT, f->stories, "-z", f->tok512, "-m", "chat", "-t", "0", "-n", "8", "--trace", CHAT_TRACE,
+              NULL);
+    if (load_trace(&trace_a) != 0) memset(&trace_a, 0, sizeof trace_a);
+    save_file(CHAT_SCRIPT, without, sizeof without - 1);
+    remove(CHAT_TRACE);
+    cli_input(&b, CHAT_SCRIPT, f->stories, "-z", f->tok512, "-m", "chat", "-t", "0", "-n", "8", "--trace", CHAT_TRACE,
+              NULL);
+    if (load_trace(&trace_b) != 0) memset(&trace_b, 0, sizeof trace_b);
+    int same = trace_b.n > 0 && first_difference(trace_a.v, trace_a.n, trace_b.v, trace_b.n) < 0;
+    report(name, a.status == 0 && b.status == 0 && count_lines(&a.err) == 1 && b.err.len == 0 && same,
+           "%s, stderr %s; trace vs the same chat without that line: %s", status_text(a.status, status, sizeof status),
+           quoted(a.err.data, a.err.len, err, sizeof err), trace_comparison(&trace_a, &trace_b, comparison,
+           sizeof comparison));
+    ints_free(&trace_a);
+    ints_free(&trace_b);
+    cli_free(&a);
+    cli_free(&b);
+}
+
+// A message of words that encodes to more ids than the context holds.
+static char *long_message(int words) {
+    static const char word[] = "elephant ";
+    char *text = malloc((size_t)words * strlen(word) + 1);
+    for (int i = 0; i < words; i++) memcpy(text + i * strlen(word), word, strlen(word));
+    text[words * strlen(word) - 1] = '\0';
+    return text;
+}
+
+static void chat_tests(void) {
+    CliFiles f;
+    char small[PATH_SIZE];
+    if (cli_files_init(&f, "chat: fixtures") != 0) return;
+    static const char *const small_args[] = {"64", "172", "2", "4", "2", "32000", "96", "--seed", "1", NULL};
+    if (make_model("chat96-seed1", small_args, small) != 0) {
+        report("chat: fixtures", 0, "mkmodel chat96-seed1 failed");
+        return;
+    }
+    test_chat_rendering(&f);
+
+    // With stories260K the first reply ends by itself (at token 99), the others at -n.
+    static const char *const three_turns[] = {"You are a storyteller. Be brief.", "The end.",
+                                              "What did the cat eat?", "And then?", NULL};
+    ChatScript stories = {"stories260K -n 120", f.stories, f.tok512, 120, three_turns};
+    ChatScript s15m = {"s15m -n 12", f.s15m, f.llama_tok, 12, three_turns};
+    test_chat_script(&stories);
+    test_chat_script(&s15m);
+
+    static const char *const many_turns[] = {
+        "Be brief.", "Hello there, how are you?", "Tell me about the weather today.", "What is a key value cache?",
+        "Why do transformers need positional information, and how does rotary embedding give it to them?",
+        "Thanks!", "One more question about caches.", "Goodbye.", NULL};
+    ChatScript overflow = {"seq_len 96", small, f.llama_tok, 8, many_turns};
+    test_chat_overflow(&overflow);
+
+    char *too_long = long_message(150);
+    const char *refused[] = {"Be brief.", "Hello there.", too_long, "And a short one.", NULL};
+    ChatScript refusal = {"seq_len 96", small, f.llama_tok, 8, refused};
+    test_chat_refusal(&refusal);
+    free(too_long);
+
+    test_chat_eof(&f);
+    test_chat_nul_line(&f);
+}
+
+/* ============================================================================
+   GGUF (issue 6): llama.cpp's files, and small files written here */
+
+// The tolerance SHARED/README.md gives a GGUF file by its weight type, which
+// the file's name tells; -1 if it names none.
+static double gguf_tolerance(const char *file_name) {
+    static const struct { const char *type; double tolerance; } types[] = {
+        {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strstr(file_name, types[i].type)) return types[i].tolerance;
+    return -1;
+}
+
+// Every case of reference/gguf, within its file type's tolerance.
+static void test_gguf_logits(void) {
+    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
+    shared_path(dir, "reference/gguf");
+    NameList cases;
+    if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
+        report("logits: GGUF reference cases", 0, "no case directories in %s", dir);
+        return;
+    }
+    for (int i = 0; i < cases.n; i++) {
+        format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
+        format_text(path, sizeof path, "%s/model.txt", case_dir);
+        Bytes description;
+        double tolerance = -1;
+        if (load_file(path, &description) == 0) {
+            size_t n = strcspn(description.data, " \t\n:");
+            format_text(file, sizeof file, "%.*s", (int)n, description.data);
+            tolerance = gguf_tolerance(file);
+            bytes_free(&description);
+        }
+        if (tolerance < 0) {
+            char name[256];
+            format_text(name, sizeof name, "logits %s", cases.names[i]);
+            report(name, 0, "cannot tell the weight type (f32, f16, q8_0, q4_0) from %s", path);
+            continue;
+        }
+        run_logits_case(case_dir, cases.names[i], tolerance);
+    }
+    names_free(&cases);
+}
+
+// Every case of one llama2_* file through "./run MODEL -z VOCAB.gguf -m
+// tokenize -i TEXT": one line, BOS, then the reference ids.
+static void test_gguf_vocab_cli(const CliFiles *f, const char *dir, const char *inp_name, const char *vocab) {
+    char name[256], inp[PATH_SIZE], out[PATH_SIZE], detail[DETAIL_SIZE] = "", first_bad[DETAIL_SIZE] = "";
+    format_text(name, sizeof name, "cli: -z ggml-vocab-llama-spm.gguf -m tokenize, every case of %s", inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
+    Pieces cases, lines;
+    Tokenizer tk;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (load_lines(out, &lines) != 0 || lines.n != cases.n) {
+        report(name, 0, "cannot read %s, or its lines are not the cases of %s", out, inp);
+        pieces_free(&cases);
+        return;
+    }
+    if (tokenizer_open(&tk, vocab, vocab_for("llama2_")->vocab_size) != 0) {
+        report(name, 0, "%s", error_message);
+    } else {
+        int matched = 0;
+        for (int c = 0; c < cases.n; c++) {
+            char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
+            int ok = cli_tokenize_check(f->s15m, vocab, tk.bos_id, text, lines.file.data + lines.start[c],
+                                        lines.len[c], detail, sizeof detail);
+            matched += ok;
+            if (!ok && !first_bad[0]) format_text(first_bad, sizeof first_bad, "; first mismatch: case %d %s", c + 1,
+                                                  detail);
+            free(text);
+        }
+        report(name, matched == cases.n && cases.n > 0, "%d/%d cases%s", matched, cases.n, first_bad);
+        tokenizer_close(&tk);
+    }
+    pieces_free(&cases);
+    pieces_free(&lines);
+}
+
+// The vocabulary-only GGUF file gives exactly the ids of every llama2_* case,
+// read by tokenizer_open and given to ./run with -z.
+static void test_gguf_vocab(const CliFiles *f) {
+    char dir[PATH_SIZE], vocab[PATH_SIZE];
+    shared_path(dir, "reference/tokenizer");
+    shared_path(vocab, "models/gguf/ggml-vocab-llama-spm.gguf");
+    NameList files;
+    list_names(dir, ".inp", 0, &files);
+    int tested = 0;
+    for (int i = 0; i < files.n; i++) {
+        if (vocab_for(files.names[i]) != vocab_for("llama2_")) continue;
+        test_tokenizer_file(dir, files.names[i], vocab);
+        test_gguf_vocab_cli(f, dir, files.names[i], vocab);
+        tested++;
+    }
+    if (tested == 0) report("tokenizer: GGUF vocabulary", 0, "no llama2_*.inp file in %s", dir);
+    names_free(&files);
+}
+
+// stories260K as GGUF, with its own tokenizer (no -z), prints the
+// reference greedy text and one newline.
+static void test_gguf_greedy(void) {
+    const char *name = "cli: stories260K_f32.gguf -t 0 -n 200 (no -z) prints the reference greedy text";
+    char model[PATH_SIZE], path[PATH_SIZE], status[64], got[256];
+    shared_path(model, "models/gguf/stories260K_f32.gguf");
+    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    Bytes expect;
+    if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
+    CliResult r;
+    cli(&r, model, "-t", "0", "-n", "200", NULL);
+    int same = r.out.len == expect.len + 1 && memcmp(r.out.data, expect.data, expect.len) == 0 &&
+               r.out.data[expect.len] == '\n';
+    report(name, r.status == 0 && same, "%s, stdout %s", status_text(r.status, status, sizeof status),
+           quoted(r.out.data, r.out.len, got, sizeof got));
+    cli_free(&r);
+    bytes_free(&expect);
+}
+
+// llama.cpp's random-weight GGUF (F16 matrices, Llama 2 vocabulary) loads
+// and generates.
+static void test_gguf_tiny_random(void) {
+    const char *name = "cli: llama-2-tiny-random.gguf loads and generates";
+    char model[PATH_SIZE], status[64], got[256], err[256];
+    shared_path(model, "models/gguf/llama-2-tiny-random.gguf");
+    remove(CHAT_TRACE);
+    CliResult r;
+    cli(&r, model, "-t", "0", "-n", "24", "--trace", CHAT_TRACE, NULL);
+    IntList trace;
+    int traced = load_trace(&trace) == 0;
+    report(name, r.status == 0 && r.out.len > 1 && traced && trace.n >= 2 && trace.n <= 24,
+           "%s, %d positions fed, stdout %s, stderr %s", status_text(r.status, status, sizeof status),
+           traced ? trace.n : -1, quoted(r.out.data, r.out.len, got, sizeof got),
+           quoted(r.err.data, r.err.len, err, sizeof err));
+    ints_free(&trace);
+    cli_free(&r);
+}
+
+/* A GGUF writer, from the GGUF specification (version 3): "GGUF", version,
+   tensor count and metadata count; key/value pairs (key: u64 length and
+   bytes; u32 value type; the value, arrays as u32 element type, u64 count,
+   elements); tensor infos (name, u32 n_dims, u64 dims with the row length
+   first, u32 type, u64 offset into the data); the data, which starts at the
+   next multiple of general.alignment (default 32), every offset a multiple
+   of it too. All little-endian. */
+
+enum { GV_U8, GV_I8, GV_U16, GV_I16, GV_U32, GV_I32, GV_F32, GV_BOOL, GV_STRING, GV_ARRAY, GV_U64, GV_I64, GV_F64 };
+
+typedef struct {
+    unsigned char *data;
+    size_t len, cap;
+} Buffer;
+
+static void buffer_add(Buffer *b, const void *bytes, size_t n) {
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap > 0 ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        unsigned char *grown = realloc(b->data, cap);
+        if (!grown) { fprintf(stderr, "test_all: out of memory\n"); exit(1); }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, bytes, n);
+    b->len += n;
+}
+
+static void buffer_zeros(Buffer *b, size_t n) {
+    static const unsigned char zeros[64];
+    for (size_t k; n > 0; n -= k) {
+        k = n < sizeof zeros ? n : sizeof zeros;
+        buffer_add(b, zeros, k);
+    }
+}
+
+// An unsigned integer of width bytes, little-endian.
+static void buffer_le(Buffer *b, uint64_t v, int width) {
+    unsigned char p[8];
+    for (int i = 0; i < width; i++) p[i] = (unsigned char)(v >> (8 * i));
+    buffer_add(b, p, (size_t)width);
+}
+
+// A GGUF string; returns where its length is.
+static size_t buffer_string(Buffer *b, const char *s, size_t n) {
+    size_t at = b->len;
+    buffer_le(b, n, 8);
+    buffer_add(b, s, n);
+    return at;
+}
+
+static void put_le64(unsigned char *p, uint64_t v) {
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// A key and its value type; returns where the type is. Counts the pair.
+static size_t kv_key(Buffer *b, uint64_t *n_values, const char *key, uint32_t type) {
+    (*n_values)++;
+    buffer_string(b, key, strlen(key));
+    size_t at = b->len;
+    buffer_le(b, type, 4);
+    return at;
+}
+
+static void kv_u32(Buffer *b, uint64_t *n, const char *key, uint32_t v) {
+    kv_key(b, n, key, GV_U32);
+    buffer_le(b, v, 4);
+}
+
+static void kv_f32(Buffer *b, uint64_t *n, const char *key, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    kv_key(b, n, key, GV_F32);
+    buffer_le(b, bits, 4);
+}
+
+// Returns where the string's length is.
+static size_t kv_string(Buffer *b, uint64_t *n, const char *key, const char *v) {
+    kv_key(b, n, key, GV_STRING);
+    return buffer_string(b, v, strlen(v));
+}
+
+// An array header; returns where its count is.
+static size_t kv_array(Buffer *b, uint64_t *n, const char *key, uint32_t elem_type, uint64_t count) {
+    kv_key(b, n, key, GV_ARRAY);
+    buffer_le(b, elem_type, 4);
+    size_t at = b->len;
+    buffer_le(b, count, 8);
+    return at;
+}
+
+// A vocabulary as GGUF stores it: pieces spelled with U+2581 for spaces,
+// scores, and token types (1 normal, 2 unknown, 3 control, 6 byte).
+typedef struct {
+    char **pieces;
+    float *scores;
+    int *types, n;
+} GgufVocab;
+
+static void gguf_vocab_free(GgufVocab *v) {
+    for (int i = 0; i < v->n; i++) free(v->pieces[i]);
+    free(v->pieces);
+    free(v->scores);
+    free(v->types);
+    memset(v, 0, sizeof *v);
+}
+
+// One piece of llama2.c's tokenizer.bin, as GGUF spells it, and its type.
+static char *gguf_piece(const char *p, size_t len, int *type) {
+    char *out = malloc(3 * len + 8);
+    size_t n = 0;
+    *type = 1;
+    if (len == 5 && memcmp(p, "<unk>", 5) == 0) *type = 2;
+    if ((len == 5 && memcmp(p, "\n<s>\n", 5) == 0) || (len == 6 && memcmp(p, "\n</s>\n", 6) == 0)) {
+        *type = 3;
+        p++;
+        len -= 2;
+    }
+    if (len == 6 && memcmp(p, "<0x", 3) == 0 && p[5] == '>') *type = 6;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == ' ') { memcpy(out + n, "\xE2\x96\x81", 3); n += 3; }
+        else out[n++] = p[i];
+    }
+    out[n] = '\0';
+    return out;
+}
+
+// Reads tokenizer.bin: int32 max length, then per token float32 score,
+// int32 length, bytes.
+static int read_vocab(const char *path, GgufVocab *v) {
+    Bytes file;
+    memset(v, 0, sizeof *v);
+    if (load_file(path, &file) != 0 || file.len < 4) { bytes_free(&file); return -1; }
+    const unsigned char *p = (const unsigned char *)file.data + 4, *end = (const unsigned char *)file.data + file.len;
+    int ok = 1;
+    while (ok && p < end) {
+        uint32_t len = end - p >= 8 ? get_le32(p + 4) : UINT32_MAX;
+        ok = len <= (size_t)(end - p) - 8;
+        if (!ok) break;
+        v->pieces = realloc(v->pieces, (size_t)(v->n + 1) * sizeof(char *));
+        v->scores = realloc(v->scores, (size_t)(v->n + 1) * sizeof(float));
+        v->types = realloc(v->types, (size_t)(v->n + 1) * sizeof(int));
+        v->scores[v->n] = le_float(p);
+        v->pieces[v->n] = gguf_piece((const char *)p + 8, len, &v->types[v->n]);
+        v->n++;
+        p += 8 + len;
+    }
+    bytes_free(&file);
+    if (!ok) gguf_vocab_free(v);
+    return ok ? 0 : -1;
+}
+
+static void kv_vocab(Buffer *b, uint64_t *n, const GgufVocab *v, const char *model, size_t *count_at,
+                     size_t *middle) {
+    kv_string(b, n, "tokenizer.ggml.model", model);
+    *count_at = kv_array(b, n, "tokenizer.ggml.tokens", GV_STRING, (uint64_t)v->n);
+    for (int i = 0; i < v->n; i++) {
+        if (i == v->n / 2) *middle = b->len;
+        buffer_string(b, v->pieces[i], strlen(v->pieces[i]));
+    }
+    kv_array(b, n, "tokenizer.ggml.scores", GV_F32, (uint64_t)v->n);
+    for (int i = 0; i < v->n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v->scores[i], 4);
+        buffer_le(b, bits, 4);
+    }
+    kv_array(b, n, "tokenizer.ggml.token_type", GV_I32, (uint64_t)v->n);
+    for (int i = 0; i < v->n; i++) buffer_le(b, (uint32_t)v->types[i], 4);
+    kv_u32(b, n, "tokenizer.ggml.bos_token_id", 1);
+    kv_u32(b, n, "tokenizer.ggml.eos_token_id", 2);
+    kv_key(b, n, "tokenizer.ggml.add_bos_token", GV_BOOL);
+    buffer_le(b, 1, 1);
+}
+
+// Values of every other type, for the reader to parse and skip; returns
+// where the first one's type is.
+static size_t kv_every_type(Buffer *b, uint64_t *n) {
+    static const struct { const char *key; uint32_t type; uint64_t bits; int width; } scalars[] = {
+        {"test.u8", GV_U8, 200, 1},
+        {"test.i8", GV_I8, (uint8_t)-100, 1},
+        {"test.u16", GV_U16, 60000, 2},
+        {"test.i16", GV_I16, (uint16_t)-30000, 2},
+        {"test.i32", GV_I32, (uint32_t)-2000000000, 4},
+        {"test.u64", GV_U64, 1ull << 40, 8},
+        {"test.i64", GV_I64, (uint64_t)-(1ll << 40), 8},
+        {"test.f64", GV_F64, 0x3FE0000000000000ull, 8}, // 0.5
+        {"test.bool", GV_BOOL, 1, 1},
+    };
+    size_t first = 0;
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++) {
+        size_t at = kv_key(b, n, scalars[i].key, scalars[i].type);
+        if (i == 0) first = at;
+        buffer_le(b, scalars[i].bits, scalars[i].width);
+    }
+    static const char *const strings[] = {"a", "", "\xc3\xbc" "ber"};
+    kv_array(b, n, "test.strings", GV_STRING, 3);
+    for (int i = 0; i < 3; i++) buffer_string(b, strings[i], strlen(strings[i]));
+    kv_array(b, n, "test.nested", GV_ARRAY, 2); // arrays of u16: [1 2 3] and [4]
+    buffer_le(b, GV_U16, 4);
+    buffer_le(b, 3, 8);
+    for (int i = 1; i <= 3; i++) buffer_le(b, (uint64_t)i, 2);
+    buffer_le(b, GV_U16, 4);
+    buffer_le(b, 1, 8);
+    buffer_le(b, 4, 2);
+    kv_array(b, n, "test.empty", GV_I32, 0);
+    return first;
+}
+
+// One tensor of a version 0 file, as GGUF names and shapes it.
+typedef struct {
+    char name[48];
+    int n_dims;
+    uint64_t dims[2]; // row length first
+    const float *data;
+} GgufTensorOut;
+
+static void add_tensor(GgufTensorOut *t, int *n, const char *name, const float *data, int cols, int rows) {
+    GgufTensorOut *out = &t[(*n)++];
+    format_text(out->name, sizeof out->name, "%s", name);
+    out->n_dims = rows > 0 ? 2 : 1;
+    out->dims[0] = (uint64_t)cols;
+    out->dims[1] = (uint64_t)(rows > 0 ? rows : 1);
+    out->data = data;
+}
+
+enum { MAX_GGUF_TENSORS = 64 };
+
+// The tensors of a version 0 file in llama.cpp's order; returns the count
+// (-1 if the file has too many layers for this list).
+static int v0_tensors(const Bytes *v0, const Shape *s, const Span spans[N_TENSORS], GgufTensorOut *t) {
+    int dim = s->dim, hid = s->hidden, kvd = s->kv_heads * (dim / s->heads), n = 0;
+    if (3 + 9 * s->layers > MAX_GGUF_TENSORS) return -1;
+    const float *w[N_TENSORS];
+    for (int i = 0; i < N_TENSORS; i++) w[i] = (const float *)(v0->data + spans[i].offset);
+    add_tensor(t, &n, "token_embd.weight", w[T_EMBEDDING], dim, s->vocab);
+    add_tensor(t, &n, "output_norm.weight", w[T_RMS_FINAL], dim, 0);
+    if (!s->shared_classifier) add_tensor(t, &n, "output.weight", w[T_WCLS], dim, s->vocab);
+    for (int l = 0; l < s->layers; l++) {
+        char name[48];
+        struct { const char *suffix; const float *data; int cols, rows; } parts[] = {
+            {"attn_norm", w[T_RMS_ATT] + (size_t)l * dim, dim, 0},
+            {"attn_q", w[T_WQ] + (size_t)l * dim * dim, dim, dim},
+            {"attn_k", w[T_WK] + (size_t)l * kvd * dim, dim, kvd},
+            {"attn_v", w[T_WV] + (size_t)l * kvd * dim, dim, kvd},
+            {"attn_output", w[T_WO] + (size_t)l * dim * dim, dim, dim},
+            {"ffn_norm", w[T_RMS_FFN] + (size_t)l * dim, dim, 0},
+            {"ffn_gate", w[T_W1] + (size_t)l * hid * dim, dim, hid},
+            {"ffn_down", w[T_W2] + (size_t)l * dim * hid, hid, dim},
+            {"ffn_up", w[T_W3] + (size_t)l * hid * dim, dim, hid},
+        };
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            format_text(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
+            add_tensor(t, &n, name, parts[i].data, parts[i].cols, parts[i].rows);
+        }
+    }
+    return n;
+}
+
+typedef struct {
+    const char *architecture, *tokenizer_model;
+    uint32_t alignment; // written as general.alignment; 0: no such key (GGUF's default, 32)
+} GgufOptions;
+
+// Where the corruption tests patch or cut a file the writer made.
+typedef struct {
+    size_t version_at, n_tensors_at, n_values_at, first_key_at, architecture_at, alignment_at, tokens_at,
+        scalar_type_at, in_values, in_infos, data_start;
+    int n_tensors;
+    char names[MAX_GGUF_TENSORS][48];
+    size_t n_dims_at[MAX_GGUF_TENSORS], type_at[MAX_GGUF_TENSORS], offset_at[MAX_GGUF_TENSORS];
+    uint64_t offset[MAX_GGUF_TENSORS];
+} GgufMarks;
+
+static void kv_model(Buffer *b, uint64_t *n, const Shape *s, const GgufOptions *o, GgufMarks *m) {
+    m->architecture_at = kv_string(b, n, "general.architecture", o->architecture);
+    kv_string(b, n, "general.name", "test_all tiny model");
+    if (o->alignment) {
+        kv_key(b, n, "general.alignment", GV_U32);
+        m->alignment_at = b->len;
+        buffer_le(b, o->alignment, 4);
+    }
+    char key[64];
+    struct { const char *name; int value; } sizes[] = {
+        {"context_length", s->seq}, {"embedding_length", s->dim}, {"block_count", s->layers},
+        {"feed_forward_length", s->hidden}, {"attention.head_count", s->heads},
+        {"attention.head_count_kv", s->kv_heads}, {"rope.dimension_count", s->dim / s->heads},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        format_text(key, sizeof key, "%s.%s", o->architecture, sizes[i].name);
+        kv_u32(b, n, key, (uint32_t)sizes[i].value);
+    }
+    format_text(key, sizeof key, "%s.rope.freq_base", o->architecture);
+    kv_f32(b, n, key, 10000.0f);
+    format_text(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", o->architecture);
+    kv_f32(b, n, key, 1e-5f);
+}
+
+// Writes the weights of a version 0 file and a vocabulary as GGUF (F32
+// tensors, a gap of one alignment between them, the file ending with the
+// last one) into out, marking where things are.
+static int write_gguf(const char *v0_path, const GgufVocab *vocab, const GgufOptions *o, Buffer *out, GgufMarks *m) {
+    Bytes v0;
+    Shape s;
+    Span spans[N_TENSORS];
+    GgufTensorOut t[MAX_GGUF_TENSORS];
+    memset(out, 0, sizeof *out);
+    memset(m, 0, sizeof *m);
+    if (load_file(v0_path, &v0) != 0) return -1;
+    int n = v0_layout(&v0, &s, spans) == 0 && s.vocab == vocab->n ? v0_tensors(&v0, &s, spans, t) : -1;
+    if (n < 0) { bytes_free(&v0); return -1; }
+    uint64_t n_values = 0, align = o->alignment ? o->alignment : 32;
+    buffer_add(out, "GGUF", 4);
+    m->version_at = out->len;
+    buffer_le(out, 3, 4);
+    m->n_tensors_at = out->len;
+    buffer_le(out, (uint64_t)n, 8);
+    m->n_values_at = out->len;
+    buffer_le(out, 0, 8); // patched below
+    m->first_key_at = out->len;
+    kv_model(out, &n_values, &s, o, m);
+    m->scalar_type_at = kv_every_type(out, &n_values);
+    kv_vocab(out, &n_values, vocab, o->tokenizer_model, &m->tokens_at, &m->in_values);
+    put_le64(out->data + m->n_values_at, n_values);
+    uint64_t offset = 0, bytes[MAX_GGUF_TENSORS];
+    m->n_tensors = n;
+    for (int i = 0; i < n; i++) {
+        bytes[i] = t[i].dims[0] * t[i].dims[1] * sizeof(float);
+        if (i > 0) offset = round_up(m->offset[i - 1] + bytes[i - 1], align) + align;
+        m->offset[i] = offset;
+        format_text(m->names[i], sizeof m->names[i], "%s", t[i].name);
+        if (i == n / 2) m->in_infos = out->len + 5;
+        buffer_string(out, t[i].name, strlen(t[i].name));
+        m->n_dims_at[i] = out->len;
+        buffer_le(out, (uint64_t)t[i].n_dims, 4);
+        for (int d = 0; d < t[i].n_dims; d++) buffer_le(out, t[i].dims[d], 8);
+        m->type_at[i] = out->len;
+        buffer_le(out, 0, 4); // F32
+        m->offset_at[i] = out->len;
+        buffer_le(out, offset, 8);
+    }
+    m->data_start = round_up(out->len, align);
+    buffer_zeros(out, m->data_start - out->len);
+    for (int i = 0; i < n; i++) {
+        buffer_zeros(out, m->data_start + m->offset[i] - out->len);
+        buffer_add(out, t[i].data, bytes[i]);
+    }
+    bytes_free(&v0);
+    return 0;
+}
+
+// Writes a GGUF file at path; 0 ok.
+static int save_gguf(const char *path, const char *v0_path, const GgufVocab *vocab, const GgufOptions *o,
+                     Buffer *out, GgufMarks *m) {
+    if (write_gguf(v0_path, vocab, o, out, m) != 0) return -1;
+    return save_file(path, out->data, out->len);
+}
+
+// A file written here loads, and its logits equal those of the version 0
+// file it was made from, bit for bit (F32 weights, the same kernels): the
+// writer and run.c's reader agree with the v0 path on every tensor.
+static void test_gguf_written(const char *label, const char *tag, const char *v0_path, const GgufVocab *vocab,
+                              uint32_t alignment) {
+    char name[256], path[PATH_SIZE];
+    format_text(name, sizeof name, "GGUF written here (%s) loads; logits == the v0 file's bit for bit", label);
+    format_text(path, sizeof path, "build/models/written-%s.gguf", tag);
+    GgufOptions o = {"llama", "llama", alignment};
+    Buffer b;
+    GgufMarks m;
+    if (save_gguf(path, v0_path, vocab, &o, &b, &m) != 0) report(name, 0, "cannot write %s from %s", path, v0_path);
+    else expect_same_logits(name, path, v0_path, 0);
+    free(b.data);
+}
+
+// The written file's own tokenizer gives the ids tok512.bin gives.
+static void test_gguf_written_tokenizer(const char *path, const CliFiles *f) {
+    const char *name = "GGUF written here: its own vocabulary tokenizes as tok512.bin does";
+    const char *text = "Once upon a time, Lily found a shiny red ball in the park.";
+    char status[64], got[256], want[256];
+    CliResult a, b;
+    cli(&a, path, "-m", "tokenize", "-i", text, NULL);
+    cli(&b, f->stories, "-z", f->tok512, "-m", "tokenize", "-i", text, NULL);
+    int same = a.out.len == b.out.len && memcmp(a.out.data, b.out.data, a.out.len) == 0;
+    report(name, a.status == 0 && b.status == 0 && same && count_lines(&a.out) == 1, "%s, got %s, want %s",
+           status_text(a.status, status, sizeof status), quoted(a.out.data, a.out.len, got, sizeof got),
+           quoted(b.out.data, b.out.len, want, sizeof want));
+    cli_free(&a);
+    cli_free(&b);
+}
+
+// One change to a good file: width bytes (4 or 8) at `at` set to value, or
+// (width 0) the file cut at `at`.
+typedef struct {
+    const char *label;
+    size_t at;
+    int width;
+    uint64_t value;
+    const char *word; // what the message must name, or NULL
+} GgufDamage;
+
+static int tensor_index(const GgufMarks *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->names[i], name) == 0) return i;
+    return 0;
+}
+
+static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t alignment) {
+    int q = tensor_index(m, "blk.0.attn_q.weight"), k = tensor_index(m, "blk.0.attn_k.weight");
+    int v = tensor_index(m, "blk.0.attn_v.weight"), down = tensor_index(m, "blk.0.ffn_down.weight");
+    int last = m->n_tensors - 1;
+    uint64_t data_size = good->len - m->data_start, len = good->len;
+    uint64_t down_rows = get_le32(good->data + m->n_dims_at[down] + 12); // n_dims, dims[0], then dims[1]
+    const GgufDamage damage[] = {
+        {"bad magic", 0, 4, 0x58554747, NULL}, // "GGUX"
+        {"version 1", m->version_at, 4, 1, NULL},
+        {"version 4", m->version_at, 4, 4, NULL},
+        {"tensor count 2^62", m->n_tensors_at, 8, 1ull << 62, NULL},
+        {"metadata count 2^62", m->n_values_at, 8, 1ull << 62, NULL},
+        {"tensor count one more than the infos", m->n_tensors_at, 8, (uint64_t)m->n_tensors + 1, NULL},
+        {"a key length past the end", m->first_key_at, 8, len, NULL},
+        {"a string value length past the end", m->architecture_at, 8, len, NULL},
+        {"an array count past the end", m->tokens_at, 8, 1ull << 40, NULL},
+        {"metadata value type 13 (no such type)", m->scalar_type_at, 4, 13, NULL},
+        {"general.alignment 48 (not a power of two)", m->alignment_at, 4, 48, NULL},
+        {"a tensor offset past the end", m->offset_at[last], 8, round_up(data_size, alignment) + alignment, NULL},
+        {"a tensor offset of 2^63", m->offset_at[q], 8, 1ull << 63, NULL},
+        {"a misaligned tensor offset (32 with general.alignment 64)", m->offset_at[v], 8, m->offset[v] + 32, NULL},
+        {"overlapping tensors (attn_k inside attn_q)", m->offset_at[k], 8, m->offset[q] + alignment, NULL},
+        {"wrong shape (ffn_down with half its rows)", m->n_dims_at[down] + 12, 8, down_rows / 2, NULL},
+        {"a tensor with 5 dimensions", m->n_dims_at[q], 4, 5, NULL},
+        {"tensor type Q4_K (12)", m->type_at[q], 4, 12, "Q4_K"},
+        {"tensor type 99 (no such type)", m->type_at[q], 4, 99, NULL},
+        {"cut inside the header", 12, 0, 0, NULL},
+        {"cut inside the metadata", m->in_values, 0, 0, NULL},
+        {"cut inside the tensor infos", m->in_infos, 0, 0, NULL},
+        {"cut where the tensor data starts", m->data_start, 0, 0, NULL},
+        {"cut one byte short", len - 1, 0, 0, NULL},
+    };
+    unsigned char *copy = malloc(good->len);
+    for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+        char name[160], path[PATH_SIZE];
+        format_text(name, sizeof name, "bad GGUF: %s", damage[i].label);
+        format_text(path, sizeof path, "build/bad/gguf-%zu.gguf", i);
+        memcpy(copy, good->data, good->len);
+        if (damage[i].width == 4) put_le32(copy + damage[i].at, (uint32_t)damage[i].value);
+        if (damage[i].width == 8) put_le64(copy + damage[i].at, damage[i].value);
+        save_file(path, copy, damage[i].width ? good->len : damage[i].at);
+        CliResult r;
+        cli(&r, path, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+        expect_refusal(name, path, damage[i].word, &r);
+        cli_free(&r);
+    }
+    free(copy);
+}
+
+// Files another architecture or tokenizer made, and a vocabulary-only file
+// given as the model.
+static void test_gguf_foreign(const char *v0_path, const GgufVocab *vocab) {
+    static const struct { const char *label, *architecture, *tokenizer, *mode, *word; } cases[] = {
+        {"architecture gpt2", "gpt2", "llama", "logits", "gpt2"},
+        {"tokenizer model gpt2 (BPE)", "llama", "gpt2", "tokenize", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[128], path[PATH_SIZE];
+        format_text(name, sizeof name, "bad GGUF: %s", cases[i].label);
+        format_text(path, sizeof path, "build/bad/gguf-foreign-%zu.gguf", i);
+        GgufOptions o = {cases[i].architecture, cases[i].tokenizer, 64};
+        Buffer b;
+        GgufMarks m;
+        if (save_gguf(path, v0_path, vocab, &o, &b, &m) != 0) {
+            report(name, 0, "cannot write %s", path);
+            free(b.data);
+            continue;
+        }
+        free(b.data);
+        CliResult r;
+        if (!strcmp(cases[i].mode, "logits"))
+            cli(&r, path, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+        else cli(&r, path, "-m", "tokenize", "-i", "hi", NULL);
+        expect_refusal(name, path, cases[i].word, &r);
+        cli_free(&r);
+    }
+    char vocab_only[PATH_SIZE];
+    shared_path(vocab_only, "models/gguf/ggml-vocab-llama-spm.gguf");
+    CliResult r;
+    cli(&r, vocab_only, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+    expect_refusal("bad GGUF: a vocabulary-only file as the model", vocab_only, NULL, &r);
+    cli_free(&r);
+}
+
+static void gguf_tests(void) {
+    CliFiles f;
+    char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
+    if (cli_files_init(&f, "GGUF: fixtures") != 0) return;
+    test_gguf_logits();
+    test_gguf_vocab(&f);
+    test_gguf_greedy();
+    test_gguf_tiny_random();
+
+    static const char *const untied_args[] = {"64", "128", "2", "4", "2", "512", "32", "--unshared", "--seed", "4",
+                                              NULL};
+    static const char *const tied_args[] = {"64", "128", "2", "4", "4", "512", "32", "--seed", "6", NULL};
+    GgufVocab vocab;
+    if (make_model("gguf-untied-seed4", untied_args, untied) != 0 ||
+        make_model("gguf-tied-seed6", tied_args, tied) != 0 ||
+        read_vocab(f.tok512, &vocab) != 0 || vocab.n != 512) {
+        report("GGUF written here: fixtures", 0, "mkmodel failed or %s is unreadable", f.tok512);
+        return;
+    }
+    test_gguf_written("untied, general.alignment 64", "untied", untied, &vocab, 64);
+    test_gguf_written("tied, default alignment", "tied", tied, &vocab, 0);
+
+    // The file every corruption starts from: accepted as it is.
+    const char *good_path = "build/bad/gguf-good.gguf";
+    GgufOptions o = {"llama", "llama", 64};
+    Buffer good;
+    GgufMarks m;
+    if (save_gguf(good_path, untied, &vocab, &o, &good, &m) != 0) {
+        report("bad GGUF control: the undamaged file", 0, "cannot write %s", good_path);
+    } else {
+        CliResult r;
+        cli(&r, good_path, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
+        report("bad GGUF control: the undamaged file is accepted", r.status == 0, "%s, stderr %s",
+               status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+        test_gguf_written_tokenizer(good_path, &f);
+        put_le32(good.data + m.version_at, 2); // version 2 has version 3's layout
+        save_file("build/models/written-v2.gguf", good.data, good.len);
+        put_le32(good.data + m.version_at, 3);
+        expect_same_logits("GGUF version 2 written here loads; logits == the v0 file's bit for bit",
+                           "build/models/written-v2.gguf", untied, 0);
+        test_gguf_damage(&good, &m, 64);
+    }
+    free(good.data);
+    test_gguf_foreign(untied, &vocab);
+    gguf_vocab_free(&vocab);
+}
+
+/* ============================================================================
+   export.py (issue 4), run with Debian's python3, which has numpy */
+
+#define PYTHON "/usr/bin/python3"
+
+// export.py and test/make_hf.py: the suite runs from the repository's root,
+// or (make test-asan) from build/asan/ inside it.
+static char export_py[PATH_SIZE], make_hf_py[PATH_SIZE];
+
+static void repo_path(const char *relative, char *out) {
+    format_text(out, PATH_SIZE, "%s", relative);
+    if (!file_exists(out)) format_text(out, PATH_SIZE, "../../%s", relative);
+}
+
+// Runs PYTHON with the arguments that follow (ending with NULL).
+static int python(CliResult *r, ...) {
+    va_list args;
+    va_start(args, r);
+    int status = run_program(r, NULL, PYTHON, args);
+    va_end(args);
+    return status;
+}
+
+// Creates dir if needed and removes the files in it.
+static void clear_dir(const char *dir) {
+    NameList names;
+    char path[PATH_SIZE];
+    mkdir(dir, 0755);
+    list_names(dir, NULL, 0, &names);
+    for (int i = 0; i < names.n; i++) {
+        format_text(path, sizeof path, "%s/%s", dir, names.names[i]);
+        remove(path);
+    }
+    names_free(&names);
+}
+
+// Entries in dir, hidden ones included (a temporary file may be one).
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+// Where a and b first differ (the shorter length if one is a prefix of the
+// other); -1 if they are identical.
+static long bytes_difference(const Bytes *a, const Bytes *b) {
+    size_t n = a->len < b->len ? a->len : b->len;
+    for (size_t i = 0; i < n; i++)
+        if (a->data[i] != b->data[i]) return (long)i;
+    return a->len == b->len ? -1 : (long)n;
+}
+
+// Reports whether the file at path holds exactly the bytes of want_path;
+// r is the run that wrote it (NULL: an earlier one), which must succeed.
+static void expect_same_file(const char *name, const char *path, const char *want_path, const CliResult *r) {
+    char status[64] = "", err[256] = "";
+    Bytes got = {0}, want = {0};
+    int loaded = load_file(path, &got) == 0, wanted = load_file(want_path, &want) == 0;
+    long differ = loaded && wanted ? bytes_difference(&got, &want) : 0;
+    if (r) {
+        status_text(r->status, status, sizeof status);
+        quoted(r->err.data, r->err.len, err, sizeof err);
+    }
+    if (!wanted) report(name, 0, "cannot read %s", want_path);
+    else if (!loaded) report(name, 0, "%s: not written; %s, stderr %s", path, status, err);
+    else report(name, (!r || r->status == 0) && differ < 0, "%zu bytes, want %zu; first difference at byte %ld%s%s%s%s",
+                got.len, want.len, differ, r ? "; " : "", status, r ? ", stderr " : "", err);
+    bytes_free(&got);
+    bytes_free(&want);
+}
+
+// export.py --tokenizer on SentencePiece's .model gives llama2.c's
+// tokenizer.bin byte for byte.
+static void test_export_tokenizer(const char *model_relative, const char *bin_relative, const char *out) {
+    char name[256], model[PATH_SIZE], bin[PATH_SIZE];
+    format_text(name, sizeof name, "export.py --tokenizer %s == %s byte for byte", model_relative, bin_relative);
+    shared_path(model, model_relative);
+    shared_path(bin, bin_relative);
+    remove(out);
+    CliResult r;
+    python(&r, export_py, "--tokenizer", model, out, NULL);
+    expect_same_file(name, out, bin, &r);
+    cli_free(&r);
+}
+
+// test/make_hf.py writes v0_path as a Hugging Face directory (with flags,
+// up to three, NULL-terminated), then export.py --hf turns it into out.
+static int hf_round_trip(const char *v0_path, const char *dir, const char *const flags[], const char *out,
+                         char *problem, size_t size) {
+    char err[256];
+    CliResult r;
+    clear_dir(dir);
+    remove(out);
+    python(&r, make_hf_py, v0_path, dir, flags[0], flags[1], flags[2], NULL);
+    if (r.status != 0) {
+        set_problem(problem, size, "make_hf.py failed: %s", quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+        return -1;
+    }
+    cli_free(&r);
+    python(&r, export_py, out, "--hf", dir, NULL);
+    if (r.status != 0) set_problem(problem, size, "export.py --hf failed: %s", quoted(r.err.data, r.err.len, err,
+                                                                                     sizeof err));
+    int status = r.status;
+    cli_free(&r);
+    return status == 0 ? 0 : -1;
+}
+
+// The Hugging Face forms a checkpoint is written in: make_hf.py flags.
+typedef struct {
+    const char *label, *tag;
+    const char *flags[4];
+    int bf16;
+} HfForm;
+
+static const HfForm hf_forms[] = {
+    {"F32 safetensors", "f32", {NULL}, 0},
+    {"BF16 safetensors", "bf16", {"--dtype", "bf16", NULL}, 1},
+    {"F32 in 3 shards with an index", "shards", {"--shards", "3", NULL}, 0},
+};
+
+// BF16 keeps 8 significant bits: each weight, norms included, is rounded by
+// at most 2^-9 (about 2e-3) of itself. Each matrix product then carries
+// errors of about that relative size, and a forward pass chains a dozen or
+// more of them (q, k, v, o, gate, up and down in every layer, then the
+// classifier), so the logits should move by 1e-3 to 1e-2 of max|logit|:
+// measured over 32 positions, 6.6e-3 (mqa-tied), 7.5e-3 (gqa-untied) and
+// 1.1e-2 (stories260K). The bound, 3e-2, is about 3x the worst measured, and
+// far below what a conversion mistake does (a matrix left permuted,
+// transposed or swapped moves the logits by the order of max|logit|). The
+// argmax may flip where the top two logits are closer than that error: 31 or
+// 32 of 32 positions agree in the measurements; 3 in 4 must.
+#define BF16_BOUND 3e-2
+
+static void test_hf_round_trip(const char *label, const char *v0_path, const HfForm *form) {
+    char name[256], dir[PATH_SIZE], out[PATH_SIZE], problem[512] = "";
+    format_text(name, sizeof name, "export.py --hf: %s as %s, exported back: logits %s", label, form->label,
+                form->bf16 ? "within BF16's bound of the v0 file's" : "== the v0 file's bit for bit");
+    format_text(dir, sizeof dir, "build/export/hf-%s-%s", label, form->tag);
+    format_text(out, sizeof out, "build/export/%s-%s.bin", label, form->tag);
+    if (hf_round_trip(v0_path, dir, form->flags, out, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        return;
+    }
+    LogitsDiff d;
+    if (compare_logits(out, v0_path, 32, &d) != 0) report(name, 0, "%s", d.problem);
+    else if (!form->bf16) report(name, d.first_differing < 0, "%d positions, first difference at %d (worst %.2e)",
+                                 d.positions, d.first_differing, d.worst);
+    else report(name, d.worst <= BF16_BOUND && 4 * d.top1_agree >= 3 * d.positions,
+                "worst %.2e x max|logit| (bound %.0e), argmax agrees at %d/%d positions", d.worst, BF16_BOUND,
+                d.top1_agree, d.positions);
+}
+
+// export.py --llama2c on a version 0 file: the same logits bit for bit.
+static void test_llama2c_export(const char *label, const char *v0_path, const char *out) {
+    char name[256], status[64], err[256];
+    format_text(name, sizeof name, "export.py --llama2c: %s exported: logits == the v0 file's bit for bit", label);
+    remove(out);
+    CliResult r;
+    python(&r, export_py, out, "--llama2c", v0_path, NULL);
+    if (r.status != 0) report(name, 0, "%s, stderr %s", status_text(r.status, status, sizeof status),
+                              quoted(r.err.data, r.err.len, err, sizeof err));
+    else expect_same_logits(name, out, v0_path, 0);
+    cli_free(&r);
+}
+
+// Replaces the first `old` in the file by `new`; -1 if it is not there.
+static int replace_in_file(const char *path, const char *old, const char *new) {
+    Bytes file;
+    if (load_file(path, &file) != 0) return -1;
+    char *at = strstr(file.data, old);
+    int err = -1;
+    if (at) {
+        size_t before = (size_t)(at - file.data), after = file.len - before - strlen(old);
+        char *text = malloc(file.len + strlen(new) + 1);
+        memcpy(text, file.data, before);
+        memcpy(text + before, new, strlen(new));
+        memcpy(text + before + strlen(new), at + strlen(old), after);
+        err = save_file(path, text, before + strlen(new) + after);
+        free(text);
+    }
+    bytes_free(&file);
+    return err;
+}
+
+// The bytes of the header entry "name":{...} in a safetensors file (after
+// the 8-byte header length): its first and one-past-last offsets. -1 if
+// it is not there.
+static int safetensors_entry(const Bytes *file, const char *name, size_t *start, size_t *end, size_t *data_start) {
+    char key[256];
+    if (file->len < 8) return -1;
+    const unsigned char *p = (const unsigned char *)file->data;
+    uint64_t header = get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+    if (header > file->len - 8) return -1;
+    format_text(key, sizeof key, "\"%s\":{", name);
+    size_t key_len = strlen(key);
+    for (size_t i = 8; i + key_len <= 8 + header; i++) {
+        if (memcmp(file->data + i, key, key_len) != 0) continue;
+        const char *close = memchr(file->data + i, '}', 8 + header - i);
+        if (!close) return -1;
+        *start = i;
+        *end = (size_t)(close - file->data) + 1;
+        *data_start = 8 + header;
+        return 0;
+    }
+    return -1;
+}
+
+// Removes a tensor's entry from the header (the data stays, unreferenced),
+// keeping the header's length with trailing spaces.
+static int safetensors_drop(const char *path, const char *name) {
+    Bytes file;
+    size_t start, end, data_start;
+    if (load_file(path, &file) != 0) return -1;
+    int err = safetensors_entry(&file, name, &start, &end, &data_start);
+    if (!err && file.data[start - 1] == ',') {
+        start--;
+        memmove(file.data + start, file.data + end, data_start - end);
+        memset(file.data + data_start - (end - start), ' ', end - start);
+        err = save_file(path, file.data, file.len);
+    } else {
+        err = -1;
+    }
+    bytes_free(&file);
+    return err;
+}
+
+// Sets the first value of a tensor to NaN.
+static int safetensors_poison(const char *path, const char *name) {
+    Bytes file;
+    size_t start, end, data_start;
+    if (load_file(path, &file) != 0) return -1;
+    int err = safetensors_entry(&file, name, &start, &end, &data_start);
+    const char *offsets = err ? NULL : strstr(file.data + start, "\"data_offsets\":[");
+    if (offsets && offsets < file.data + end) {
+        uint64_t begin = strtoull(offsets + strlen("\"data_offsets\":["), NULL, 10);
+        if (data_start + begin + 4 <= file.len) {
+            put_le32((unsigned char *)file.data + data_start + begin, 0x7FC00000u); // a quiet NaN
+            err = save_file(path, file.data, file.len);
+        } else {
+            err = -1;
+        }
+    } else {
+        err = -1;
+    }
+    bytes_free(&file);
+    return err;
+}
+
+static int edit_model_type(const char *dir) {
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/config.json", dir);
+    return replace_in_file(path, "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"");
+}
+
+static int edit_rope_scaling(const char *dir) {
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/config.json", dir);
+    return replace_in_file(path, "{", "{\n  \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0},");
+}
+
+static int edit_missing_tensor(const char *dir) {
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/model.safetensors", dir);
+    return safetensors_drop(path, "model.layers.1.mlp.down_proj.weight");
+}
+
+// The last tensor export.py writes for a tied two-layer model: the refusal
+// comes when the output is all but written.
+static int edit_nan(const char *dir) {
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/model.safetensors", dir);
+    return safetensors_poison(path, "model.layers.1.mlp.up_proj.weight");
+}
+
+// export.py refuses the edited directory twice: with no OUT (none may be
+// left, nor a temporary file), and over an existing OUT (left as it was).
+static void test_hf_refusal(const char *label, const char *tag, const char *v0_path, int (*edit)(const char *)) {
+    static const char precious[] = "an earlier export\n";
+    char name[256], dir[PATH_SIZE], out_dir[PATH_SIZE], out[PATH_SIZE], status[64], status2[64], err[256], err2[256];
+    format_text(name, sizeof name, "export.py --hf refuses %s: status 1, one line, no file left, an existing OUT "
+                "untouched", label);
+    format_text(dir, sizeof dir, "build/export/refuse-%s", tag);
+    format_text(out_dir, sizeof out_dir, "build/export/out-%s", tag);
+    format_text(out, sizeof out, "%s/model.bin", out_dir);
+    clear_dir(dir);
+    clear_dir(out_dir);
+    CliResult r, again;
+    python(&r, make_hf_py, v0_path, dir, NULL);
+    int made = r.status == 0;
+    cli_free(&r);
+    if (!made || edit(dir) != 0) { report(name, 0, "cannot make or edit the directory %s", dir); return; }
+    python(&r, export_py, out, "--hf", dir, NULL);
+    int left = count_entries(out_dir);
+    save_file(out, precious, strlen(precious));
+    python(&again, export_py, out, "--hf", dir, NULL);
+    Bytes kept = {0};
+    load_file(out, &kept);
+    int untouched = kept.len == strlen(precious) && memcmp(kept.data, precious, kept.len) == 0;
+    int after = count_entries(out_dir);
+    report(name, r.status == 1 && count_lines(&r.err) == 1 && left == 0 && again.status == 1 &&
+           count_lines(&again.err) == 1 && untouched && after == 1,
+           "%s, stderr %s, %d files left; over an existing OUT: %s, stderr %s, OUT %s, %d files",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err), left,
+           status_text(again.status, status2, sizeof status2), quoted(again.err.data, again.err.len, err2, sizeof err2),
+           untouched ? "untouched" : "changed", after);
+    bytes_free(&kept);
+    cli_free(&r);
+    cli_free(&again);
+}
+
+static void export_tests(void) {
+    char stories[PATH_SIZE], gqa[PATH_SIZE], mqa[PATH_SIZE], status[64], err[256];
+    CliResult r;
+    repo_path("export.py", export_py);
+    repo_path("test/make_hf.py", make_hf_py);
+    python(&r, "-c", "import numpy", NULL);
+    int usable = r.status == 0 && file_exists(export_py) && file_exists(make_hf_py);
+    report("export.py: " PYTHON " with numpy, export.py and test/make_hf.py are there", usable, "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    if (!usable) return;
+    mkdir("build/export", 0755);
+    test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
+                          "build/export/llama2-tokenizer.bin");
+    test_export_tokenizer("models/stories260K/tok512.model", "models/stories260K/tok512.bin",
+                          "build/export/tok512.bin");
+
+    static const char *const gqa_args[] = {"128", "352", "2", "8", "2", "512", "64", "--unshared", "--seed", "11",
+                                           NULL};
+    static const char *const mqa_args[] = {"128", "352", "2", "8", "1", "512", "64", "--seed", "12", NULL};
+    shared_path(stories, "models/stories260K/stories260K.bin");
+    if (make_model("hf-gqa-untied-seed11", gqa_args, gqa) != 0 ||
+        make_model("hf-mqa-tied-seed12", mqa_args, mqa) != 0) {
+        report("export.py: fixtures", 0, "mkmodel failed");
+        return;
+    }
+    const char *models[][2] = {{"stories260K", stories}, {"gqa-untied", gqa}, {"mqa-tied", mqa}};
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++)
+        for (size_t i = 0; i < sizeof hf_forms / sizeof hf_forms[0]; i++)
+            test_hf_round_trip(models[m][0], models[m][1], &hf_forms[i]);
+    test_llama2c_export("stories260K", stories, "build/export/stories260K-llama2c.bin");
+    test_llama2c_export("gqa-untied", gqa, "build/export/gqa-untied-llama2c.bin");
+    // README specifies the format completely: export.py writes what the tests' own writer writes.
+    convert_to_v1(stories, "build/export/stories260K-ours.v1.bin", 10000.0f, 1e-5f);
+    expect_same_file("export.py --llama2c stories260K.bin == README's layout (the tests' v1 writer) byte for byte",
+                     "build/export/stories260K-llama2c.bin", "build/export/stories260K-ours.v1.bin", NULL);
+
+    test_hf_refusal("model_type \"mistral\"", "mistral", mqa, edit_model_type);
+    test_hf_refusal("rope_scaling (linear)", "rope-scaling", mqa, edit_rope_scaling);
+    test_hf_refusal("a missing tensor", "missing-tensor", mqa, edit_missing_tensor);
+    test_hf_refusal("a NaN in the last tensor written", "nan", mqa, edit_nan);
+}
+
+/* ============================================================================
+   Main */
+
+int main(int argc, char **argv) {
+    if (argc > 1) shared = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    mkdir("build", 0755);
+    mkdir("build/models", 0755);
+    mkdir("build/bad", 0755);
+    mkdir("build/tmp", 0755);
+    char readme[PATH_SIZE];
+    shared_path(readme, "README.md");
+    if (!file_exists(readme)) report("shared directory", 0, "%s not found (pass the shared dir as argv[1])", readme);
+
+    double start = seconds_now();
+    tokenizer_tests();
+    forward_tests();
+    sampler_tests();
+    generation_tests();
+    cli_tests();
+    chat_tests();
+    gguf_tests();
+    export_tests();
+
+    fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed > 0 ? 1 : 0;
+}
