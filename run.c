@@ -1495,7 +1495,7 @@ static void matmul(float *out, const float *x, const Matrix *m) {
 }
 
 // out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once; scratch holds
-// matmat_scratch_floats(n, m.cols).
+// (n rounded up to TILE_TOKENS) * m.cols floats (RunState's bxt).
 static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch) {
     if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
     else if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmat_q8(out, x, n, m) == 0) return;

@@ -1371,6 +1371,321 @@ static void forward_tests(void) {
 }
 
 /* ============================================================================
+   Kernels: the fast ones against the plain references, on sizes that are not
+   multiples of any vector or tile width, with 1 and 2 threads; batched
+   prefill against token by token; the fp16 cache; quantization. */
+
+static const int kernel_sizes[] = {1, 7, 13, 33, 172, 511};
+enum { N_KERNEL_SIZES = sizeof kernel_sizes / sizeof kernel_sizes[0] };
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return 2;
+#else
+    return 1;
+#endif
+}
+
+static void random_floats(uint64_t *rng, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(2.0 * random_unit_double(rng) - 1.0);
+}
+
+// Fast and plain sums differ only in the order of additions, so each output
+// may differ by a few ulps of the sum of |w_ij x_j|; 1e-5 of it is generous
+// for float (n eps ~ 6e-5 at n = 511 only for a pathological order).
+static double order_bound(const float *w, const float *x, int cols) {
+    double s = 0.0;
+    for (int j = 0; j < cols; j++) s += fabs((double)w[j] * x[j]);
+    return 1e-5 * s + 1e-30;
+}
+
+static void test_matmul_fast_vs_plain(void) {
+    uint64_t rng = 42;
+    for (int threads = 1; threads <= max_threads(); threads++) {
+        set_threads(threads);
+        int checked = 0, bad = 0;
+        char where[128] = "";
+        for (int a = 0; a < N_KERNEL_SIZES; a++)
+            for (int b = 0; b < N_KERNEL_SIZES; b++) {
+                int rows = kernel_sizes[a], cols = kernel_sizes[b];
+                float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)cols * sizeof(float));
+                float *plain = malloc((size_t)rows * sizeof(float)), *fast = malloc((size_t)rows * sizeof(float));
+                random_floats(&rng, w, (size_t)rows * cols);
+                random_floats(&rng, x, (size_t)cols);
+                matmul_f32_plain(plain, x, w, rows, cols);
+                matmul_f32_fast(fast, x, w, rows, cols);
+                for (int i = 0; i < rows; i++, checked++)
+                    if (fabs((double)plain[i] - fast[i]) > order_bound(w + (size_t)i * cols, x, cols) && !bad++)
+                        format_text(where, sizeof where, "rows %d cols %d row %d: plain %g fast %g", rows, cols, i,
+                                    plain[i], fast[i]);
+                free(w); free(x); free(plain); free(fast);
+            }
+        char name[96];
+        format_text(name, sizeof name, "kernels: matmul_f32_fast == plain, %d thread(s)", threads);
+        report(name, bad == 0, "%d outputs over %d shapes, %d off%s%s", checked, N_KERNEL_SIZES * N_KERNEL_SIZES, bad,
+               bad ? "; first: " : "", where);
+    }
+    set_threads(max_threads());
+}
+
+static void test_matmat_fast_vs_plain(void) {
+    static const int positions[] = {1, 5, 13, 64, 70};
+    uint64_t rng = 7;
+    for (int threads = 1; threads <= max_threads(); threads++) {
+        set_threads(threads);
+        int checked = 0, bad = 0;
+        char where[128] = "";
+        for (int a = 0; a < N_KERNEL_SIZES; a++)
+            for (int b = 0; b < N_KERNEL_SIZES; b++)
+                for (size_t p = 0; p < sizeof positions / sizeof positions[0]; p++) {
+                    int rows = kernel_sizes[a], cols = kernel_sizes[b], n = positions[p];
+                    int padded = (n + TILE_TOKENS - 1) / TILE_TOKENS * TILE_TOKENS;
+                    float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
+                    float *plain = malloc((size_t)n * rows * sizeof(float)), *fast = malloc((size_t)n * rows * sizeof(float));
+                    float *scratch = malloc((size_t)padded * cols * sizeof(float));
+                    random_floats(&rng, w, (size_t)rows * cols);
+                    random_floats(&rng, x, (size_t)n * cols);
+                    matmat_f32_plain(plain, x, n, w, rows, cols);
+                    matmat_f32_fast(fast, x, n, w, rows, cols, scratch);
+                    for (int t = 0; t < n; t++)
+                        for (int i = 0; i < rows; i++, checked++) {
+                            double d = fabs((double)plain[(size_t)t * rows + i] - fast[(size_t)t * rows + i]);
+                            if (d > order_bound(w + (size_t)i * cols, x + (size_t)t * cols, cols) && !bad++)
+                                format_text(where, sizeof where, "rows %d cols %d n %d at (%d, %d)", rows, cols, n, t, i);
+                        }
+                    free(w); free(x); free(plain); free(fast); free(scratch);
+                }
+        char name[96];
+        format_text(name, sizeof name, "kernels: matmat_f32_fast (prefill tiles) == plain, %d thread(s)", threads);
+        report(name, bad == 0, "%d outputs, %d off%s%s", checked, bad, bad ? "; first: " : "", where);
+    }
+    set_threads(max_threads());
+}
+
+// The integer kernels quantize x to Q8_0 blocks first. Rounding each value
+// moves it by at most half a step (amax/127/2), so a row's result may move
+// by at most sum over blocks of (sum |w|) * step/2, plus float order.
+static double activation_bound(const Matrix *m, int row, const float *x) {
+    float *w = malloc((size_t)m->cols * sizeof(float));
+    matrix_row(w, m, row);
+    double bound = 0.0;
+    for (int b = 0; b * QK < m->cols; b++) {
+        double amax = 0.0, wsum = 0.0;
+        for (int k = b * QK; k < m->cols && k < (b + 1) * QK; k++) {
+            if (fabs(x[k]) > amax) amax = fabs(x[k]);
+            wsum += fabs(w[k]);
+        }
+        bound += wsum * (amax / 127.0) * 0.5 * 1.01; // 1% for the fp16 rounding of the step
+    }
+    bound += order_bound(w, x, m->cols);
+    free(w);
+    return bound;
+}
+
+static void test_quantized_kernels(void) {
+    uint64_t rng = 11;
+    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
+    for (int ty = 0; ty < 2; ty++) {
+        int checked = 0, bad = 0, batch_bad = 0;
+        char where[128] = "";
+        for (int a = 0; a < N_KERNEL_SIZES; a++)
+            for (int b = 0; b < N_KERNEL_SIZES; b++) {
+                int rows = kernel_sizes[a], cols = kernel_sizes[b], n = 5;
+                size_t row_bytes = type_row_bytes(types[ty], cols);
+                unsigned char *data = malloc((size_t)rows * row_bytes);
+                float *w = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
+                float *plain = malloc((size_t)rows * sizeof(float)), *fast = malloc((size_t)rows * sizeof(float));
+                float *batch = malloc((size_t)n * rows * sizeof(float));
+                for (int i = 0; i < rows; i++) {
+                    random_floats(&rng, w, (size_t)cols);
+                    quantize_row(data + (size_t)i * row_bytes, w, cols, types[ty]);
+                }
+                random_floats(&rng, x, (size_t)n * cols);
+                Matrix m = {data, types[ty], rows, cols};
+                use_plain_kernels = 1;
+                matmul(plain, x, &m);
+                use_plain_kernels = 0;
+                matmul(fast, x, &m);
+                matmat(batch, x, n, &m, NULL);
+                for (int i = 0; i < rows; i++, checked++) {
+                    if (fabs((double)plain[i] - fast[i]) > activation_bound(&m, i, x) && !bad++)
+                        format_text(where, sizeof where, "rows %d cols %d row %d: plain %g integer %g", rows, cols, i,
+                                    plain[i], fast[i]);
+                    batch_bad += batch[i] != fast[i]; // position 0 of the batch: the same blocks, the same sums
+                }
+                free(data); free(w); free(x); free(plain); free(fast); free(batch);
+            }
+        char name[96];
+        format_text(name, sizeof name, "kernels: %s integer matmul == float reference within activation rounding",
+                    type_name((uint32_t)types[ty]));
+        report(name, bad == 0, "%d outputs, %d off%s%s", checked, bad, bad ? "; first: " : "", where);
+        format_text(name, sizeof name, "kernels: %s matmat (prefill) == matmul, bit for bit", type_name((uint32_t)types[ty]));
+        report(name, batch_bad == 0, "%d outputs, %d differ", checked, batch_bad);
+    }
+}
+
+// Logits of ids fed one by one, and in batches split at odd places.
+static void test_batched_prefill(const char *path, const char *label) {
+    Transformer one, batch;
+    char name[160];
+    format_text(name, sizeof name, "forward_batch == forward token by token, %s (splits 1+37+70+rest)", label);
+    if (transformer_open(&one, path) != 0 || transformer_open(&batch, path) != 0) {
+        report(name, 0, "%s", error_message);
+        return;
+    }
+    int n = one.config.seq_len < 150 ? one.config.seq_len : 150, vocab = one.config.vocab_size;
+    int *ids = malloc((size_t)n * sizeof(int));
+    float *want = malloc((size_t)n * vocab * sizeof(float)), *got = malloc((size_t)n * vocab * sizeof(float));
+    uint64_t rng = 5;
+    for (int i = 0; i < n; i++) ids[i] = i == 0 ? 1 : (int)(next_random(&rng) % (uint64_t)vocab);
+    for (int p = 0; p < n; p++) memcpy(want + (size_t)p * vocab, forward(&one, ids[p], p), (size_t)vocab * sizeof(float));
+    int splits[] = {0, 1, 38, 108, n};
+    long long before = batch.n_forward;
+    for (int s = 0; s < 4; s++) {
+        int from = splits[s] < n ? splits[s] : n, to = splits[s + 1] < n ? splits[s + 1] : n;
+        if (to > from) forward_batch(&batch, ids + from, to - from, from, got + (size_t)from * vocab);
+    }
+    double worst = 0.0;
+    for (int p = 0; p < n; p++) {
+        double e = row_error(got + (size_t)p * vocab, want + (size_t)p * vocab, vocab);
+        if (e > worst) worst = e;
+    }
+    report(name, worst <= 1e-4 && batch.n_forward - before == n, "%d positions, worst %.2e x max|logit| (limit 1e-4), %lld forward passes counted",
+           n, worst, batch.n_forward - before);
+    free(ids); free(want); free(got);
+    transformer_close(&one);
+    transformer_close(&batch);
+}
+
+// An fp16 KV cache stores keys and values with an 11-bit significand
+// (relative rounding 2^-12); through the layers that was measured at about
+// 1.5e-3 of max|logit| on the references, so 5e-3 leaves a margin while a
+// wrong cache (a mixed-up position or head) would be off by far more.
+static void test_kv_f16(void) {
+    char case_dir[PATH_SIZE], model[PATH_SIZE];
+    shared_path(case_dir, "reference/logits/stories260K_story");
+    shared_path(model, "models/stories260K/stories260K.bin");
+    Transformer t;
+    LogitsCase c;
+    char problem[256] = "";
+    const char *name = "--kv f16: stories260K_story logits within 5e-3 of the reference";
+    if (transformer_open_kv(&t, model, 0, TYPE_F16) != 0) { report(name, 0, "%s", error_message); return; }
+    if (load_logits_case(case_dir, t.config.vocab_size, &c, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        transformer_close(&t);
+        return;
+    }
+    double worst = 0.0;
+    int row = 0;
+    for (int p = 0; p < c.n_ids && row < c.n_rows; p++) {
+        float *logits = forward(&t, c.ids[p], p);
+        if (c.rows[row] != p) continue;
+        double e = row_error(logits, c.logits + (size_t)row * t.config.vocab_size, t.config.vocab_size);
+        if (e > worst) worst = e;
+        row++;
+    }
+    report(name, worst <= 5e-3 && row == c.n_rows, "%d rows, worst %.2e x max|ref|", row, worst);
+    logits_case_free(&c);
+    transformer_close(&t);
+}
+
+// Every finite half survives f16 -> f32 -> f16, and f32_to_f16 picks the
+// nearest half (ties to even) for values between halves.
+static void test_f16_conversions(void) {
+    int bad = 0, checked = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue; // NaN: any NaN will do
+        bad += f32_to_f16(f16_to_f32((uint16_t)h)) != h;
+        checked++;
+        if ((h & 0x7FFF) >= 0x7BFF) continue; // no next half above the largest finite one
+        double lo = f16_to_f32((uint16_t)h), hi = f16_to_f32((uint16_t)(h + 1)), mid = (lo + hi) / 2;
+        float below = (float)(lo + (mid - lo) * 0.75), above = (float)(mid + (hi - mid) * 0.25);
+        if ((float)mid == (float)lo || (float)mid == (float)hi) continue;
+        bad += f32_to_f16(below) != h || f32_to_f16(above) != (uint16_t)(h + 1);
+        bad += f32_to_f16((float)mid) != ((h & 1) ? (uint16_t)(h + 1) : (uint16_t)h) && (h & 0x8000) == 0;
+        checked += 3;
+    }
+    report("fp16: f32_to_f16 round-trips every half and rounds to nearest even", bad == 0, "%d checks, %d wrong", checked, bad);
+}
+
+// -m quantize against llama.cpp: the reference GGUF files were quantized by
+// llama-quantize from an mkmodel checkpoint named in their model.txt; our
+// quantization of that checkpoint must give the same bytes, tensor by tensor.
+static void test_quantize_like_llama_cpp(const char *case_name, int type) {
+    char name[160], desc_path[PATH_SIZE], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE];
+    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", type_name((uint32_t)type), case_name);
+    format_text(desc_path, sizeof desc_path, "%s/reference/gguf/%s/model.txt", shared, case_name);
+    Bytes desc = {0};
+    if (load_file(desc_path, &desc) != 0) { report(name, 0, "cannot read %s", desc_path); return; }
+    // "FILE.gguf: mkmodel g128.bin ARGS..., converted by ...": the checkpoint is mkmodel ARGS
+    const char *colon = memchr(desc.data, ':', desc.len), *mk = colon ? strstr(colon, "mkmodel ") : NULL;
+    char args_text[256] = "", *args[16];
+    int n_args = 0;
+    if (mk) {
+        const char *end = strchr(mk, ',');
+        format_text(args_text, sizeof args_text, "%.*s", end ? (int)(end - mk) : (int)strlen(mk), mk);
+        for (char *tok = strtok(args_text, " "); tok && n_args < 15; tok = strtok(NULL, " ")) args[n_args++] = tok;
+    }
+    args[n_args] = NULL;
+    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%.*s", shared, colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
+    bytes_free(&desc);
+    if (n_args < 3) { report(name, 0, "model.txt names no mkmodel command"); return; }
+    char label[64];
+    format_text(label, sizeof label, "from-%s", case_name);
+    if (make_model(label, (const char *const *)args + 2, source) != 0) { report(name, 0, "mkmodel failed"); return; }
+    format_text(out, sizeof out, "build/tmp/%s.%s.bin", case_name, type_name((uint32_t)type));
+    Transformer src, ours, theirs;
+    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
+    int err = quantize_mode(&src, source, out, type);
+    transformer_close(&src);
+    if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
+    if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
+    const Matrix *a[64], *b[64];
+    int n = 0;
+    a[n] = &ours.weights.token_embedding; b[n++] = &theirs.weights.token_embedding;
+    a[n] = &ours.weights.wcls; b[n++] = &theirs.weights.wcls;
+    for (int l = 0; l < ours.config.n_layers && l < theirs.config.n_layers && n + 7 <= 64; l++) {
+        LayerWeights *x = &ours.weights.layers[l], *y = &theirs.weights.layers[l];
+        const Matrix *mx[7] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->w1, &x->w2, &x->w3};
+        const Matrix *my[7] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w1, &y->w2, &y->w3};
+        for (int k = 0; k < 7; k++) { a[n] = mx[k]; b[n++] = my[k]; }
+    }
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)a[i]->rows * type_row_bytes(a[i]->type, a[i]->cols);
+        differ += a[i]->type != b[i]->type || a[i]->rows != b[i]->rows || a[i]->cols != b[i]->cols ||
+                  memcmp(a[i]->data, b[i]->data, bytes) != 0;
+    }
+    report(name, n > 2 && differ == 0 && ours.config.n_layers == theirs.config.n_layers, "%d tensors compared, %d differ", n, differ);
+    transformer_close(&ours);
+    transformer_close(&theirs);
+    remove(out);
+}
+
+static void kernel_tests(void) {
+    test_matmul_fast_vs_plain();
+    test_matmat_fast_vs_plain();
+    test_quantized_kernels();
+    char path[PATH_SIZE];
+    shared_path(path, "models/stories260K/stories260K.bin");
+    test_batched_prefill(path, "stories260K");
+    if (make_model(extra_shapes[0][0], extra_shapes[0] + 1, path) == 0) test_batched_prefill(path, extra_shapes[0][0]);
+    else report("forward_batch == forward, GQA unshared model", 0, "mkmodel failed");
+    test_kv_f16();
+    test_f16_conversions();
+    test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
+    test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
+}
+
+/* ============================================================================
    Sampler */
 
 static SamplerParams sampling(float temperature, float top_p, int top_k, float min_p) {
@@ -3932,6 +4247,7 @@ int main(int argc, char **argv) {
     double start = seconds_now();
     tokenizer_tests();
     forward_tests();
+    kernel_tests();
     sampler_tests();
     generation_tests();
     cli_tests();
