@@ -2630,6 +2630,178 @@ static void cli_tests(void) {
 }
 
 /* ============================================================================
+   Hostile input (issue 7): a closed pipe, Ctrl-C, invalid UTF-8 and NUL bytes */
+
+// 1 if b[0..n) is valid UTF-8 with no control characters but tab and newlines.
+static int clean_utf8(const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n;) {
+        int len = utf8_char(b + i, n - i);
+        if (len == 1 && (b[i] >= 0x80 || (b[i] < 0x20 && b[i] != '\n' && b[i] != '\t' && b[i] != '\r') || b[i] == 0x7F))
+            return 0;
+        if (len == 2 && b[i] == 0xC2 && b[i + 1] < 0xA0) return 0; // C1 controls
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+// Starts argv with stdout into a pipe (returned in *out_fd), stdin from
+// in_fd (-1: /dev/null), stderr into err_path; SIGPIPE default or ignored.
+static pid_t spawn_piped(char *const argv[], int in_fd, int *out_fd, const char *err_path, int sigpipe_default) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), in = in_fd >= 0 ? in_fd : open("/dev/null", O_RDONLY);
+        dup2(in, 0);
+        dup2(fds[1], 1);
+        dup2(err, 2);
+        close(fds[0]);
+        signal(SIGPIPE, sigpipe_default ? SIG_DFL : SIG_IGN);
+        alarm(60);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    *out_fd = fds[0];
+    return pid;
+}
+
+static int wait_status(pid_t pid) {
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1000;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? -WTERMSIG(status) : -1000;
+}
+
+// "run | head -c 10": the reader goes away; run must end quietly (0, or
+// killed by SIGPIPE: 141 in a shell) and print no error.
+static void test_closed_pipe(const CliFiles *f, int sigpipe_default) {
+    char name[128];
+    format_text(name, sizeof name, "hostile: stdout closed after 10 bytes (SIGPIPE %s) ends quietly",
+                sigpipe_default ? "default" : "ignored");
+    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "1", NULL};
+    int out;
+    pid_t pid = spawn_piped(argv, -1, &out, "build/tmp/pipe.err", sigpipe_default);
+    char buf[10];
+    size_t got = 0;
+    while (pid > 0 && got < sizeof buf) {
+        ssize_t n = read(out, buf + got, sizeof buf - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(out);
+    int status = pid > 0 ? wait_status(pid) : -1000;
+    Bytes err = {0};
+    load_file("build/tmp/pipe.err", &err);
+    int quiet = !err.data || !strstr((const char *)err.data, "run:");
+    int ok_status = status == 0 || status == -SIGPIPE;
+    char st[64];
+    report(name, got == sizeof buf && ok_status && quiet, "%zu bytes read, %s, stderr \"%.60s\"", got,
+           status_text(status, st, sizeof st), err.data ? (const char *)err.data : "");
+    bytes_free(&err);
+}
+
+// Ctrl-C during generation: it stops at the next token, finishes the line,
+// prints the timing and exits with 130.
+static void test_ctrl_c_generate(const CliFiles *f) {
+    const char *name = "hostile: Ctrl-C during generation ends cleanly (status 130, timing printed)";
+    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "2", NULL};
+    int out;
+    pid_t pid = spawn_piped(argv, -1, &out, "build/tmp/sigint.err", 1);
+    char buf[65536];
+    ssize_t n = pid > 0 ? read(out, buf, 1) : -1; // generation has begun
+    if (n == 1) kill(pid, SIGINT);
+    size_t got = n > 0 ? (size_t)n : 0;
+    while ((n = read(out, buf + got, sizeof buf - got)) > 0) got += (size_t)n;
+    close(out);
+    int status = pid > 0 ? wait_status(pid) : -1000;
+    Bytes err = {0};
+    load_file("build/tmp/sigint.err", &err);
+    int timing = err.data && strstr((const char *)err.data, "prompt:") && !strstr((const char *)err.data, "run:");
+    char st[64];
+    report(name, status == 130 && timing && got > 0 && buf[got - 1] == '\n' && clean_utf8((unsigned char *)buf, got),
+           "%s, %zu bytes out, stderr \"%.60s\"", status_text(status, st, sizeof st), got, err.data ? (const char *)err.data : "");
+    bytes_free(&err);
+}
+
+// Ctrl-C during a chat reply ends that reply; the chat goes on.
+static void test_ctrl_c_chat(const CliFiles *f) {
+    const char *name = "hostile: Ctrl-C during a chat reply ends the reply, not the chat";
+    int in[2];
+    if (pipe(in) != 0) { report(name, 0, "pipe failed"); return; }
+    fcntl(in[1], F_SETFD, FD_CLOEXEC); // else the child holds its own stdin open and never sees its end
+    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-m", "chat", "-y", "", "-n", "0", "-s", "3", NULL};
+    int out;
+    pid_t pid = spawn_piped(argv, in[0], &out, "build/tmp/sigint-chat.err", 1);
+    close(in[0]);
+    static char buf[1 << 16];
+    size_t got = 0;
+    const char *first = "Hello\n", *second = "Again\n";
+    if (write(in[1], first, strlen(first)) < 0) got = 0;
+    int sent_ctrl_c = 0;
+    for (ssize_t n; (n = read(out, buf + got, sizeof buf - 1 - got)) > 0;) {
+        got += (size_t)n;
+        buf[got] = '\0';
+        char *reply = strstr(buf, "Assistant: ");
+        if (!sent_ctrl_c && reply && strlen(reply) > strlen("Assistant: ") + 2) { // the reply is streaming
+            kill(pid, SIGINT);
+            sent_ctrl_c = 1;
+            if (write(in[1], second, strlen(second)) < 0) break;
+            close(in[1]); // then end of input
+        }
+    }
+    if (!sent_ctrl_c) close(in[1]);
+    close(out);
+    int status = pid > 0 ? wait_status(pid) : -1000;
+    int replies = 0;
+    for (const char *p = buf; (p = strstr(p, "Assistant: ")) != NULL; p++) replies++;
+    char st[64];
+    report(name, sent_ctrl_c && status == 0 && replies == 2, "%s, %d replies, %zu bytes out", status_text(status, st, sizeof st),
+           replies, got);
+}
+
+// Invalid UTF-8 in a prompt is encoded as SentencePiece encodes it (each
+// malformed byte as U+FFFD), and generation from it prints clean UTF-8.
+static void test_invalid_utf8_prompt(const CliFiles *f) {
+    CliResult bad = {0}, fffd = {0}, gen = {0};
+    cli(&bad, f->s15m, "-z", f->llama_tok, "-m", "tokenize", "-i", "caf\xE9 \xC3 ok", NULL);
+    cli(&fffd, f->s15m, "-z", f->llama_tok, "-m", "tokenize", "-i", "caf\xEF\xBF\xBD \xEF\xBF\xBD ok", NULL);
+    cli(&gen, f->stories, "-z", f->tok512, "-i", "\xFF\xFEstory \xE2\x82", "-n", "40", "-s", "1", NULL);
+    report("hostile: malformed UTF-8 in a prompt tokenizes as U+FFFD (SentencePiece's rule)",
+           bad.status == 0 && fffd.status == 0 && bad.out.len > 0 && bad.out.len == fffd.out.len &&
+               memcmp(bad.out.data, fffd.out.data, bad.out.len) == 0,
+           "\"%.40s\" vs \"%.40s\"", bad.out.data ? (const char *)bad.out.data : "", fffd.out.data ? (const char *)fffd.out.data : "");
+    report("hostile: generation from a malformed prompt prints clean UTF-8", gen.status == 0 && gen.out.len > 0 &&
+           clean_utf8((const unsigned char *)gen.out.data, gen.out.len), "status %d, %zu bytes", gen.status, gen.out.len);
+    cli_free(&bad);
+    cli_free(&fffd);
+    cli_free(&gen);
+}
+
+// A prompt file with a NUL byte is refused with one line: it cannot be sent whole.
+static void test_nul_prompt_file(const CliFiles *f) {
+    static const char text[] = "Once upon\0 a time";
+    save_file("build/tmp/nul-prompt.txt", text, sizeof text - 1);
+    CliResult r = {0};
+    cli(&r, f->stories, "-z", f->tok512, "-f", "build/tmp/nul-prompt.txt", NULL);
+    report("hostile: a prompt file holding a NUL byte is refused with one line", r.status == 1 && count_lines(&r.err) == 1 &&
+           strstr((const char *)r.err.data, "nul-prompt.txt") && strstr((const char *)r.err.data, "NUL"),
+           "status %d, stderr \"%.80s\"", r.status, r.err.data ? (const char *)r.err.data : "");
+    cli_free(&r);
+}
+
+static void hostile_tests(void) {
+    CliFiles f;
+    if (cli_files_init(&f, "hostile: fixtures") != 0) return;
+    test_closed_pipe(&f, 1);
+    test_closed_pipe(&f, 0);
+    test_ctrl_c_generate(&f);
+    test_ctrl_c_chat(&f);
+    test_invalid_utf8_prompt(&f);
+    test_nul_prompt_file(&f);
+}
+
+/* ============================================================================
    Chat (issue 3): Llama 2's format through "./run -m chat --trace FILE" */
 
 #define CHAT_TRACE "build/tmp/chat.trace"
@@ -4251,6 +4423,7 @@ int main(int argc, char **argv) {
     sampler_tests();
     generation_tests();
     cli_tests();
+    hostile_tests();
     chat_tests();
     gguf_tests();
     export_tests();
