@@ -3,9 +3,9 @@
 
 Checkpoints, written in run.c's checkpoint format version 1 (README.md):
 
-    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype f32]
-    python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype f32]
-    python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype f32]
+    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype T]
+    python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
+    python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
   --hf DIR       a Hugging Face Llama directory: config.json and
                  model.safetensors, sharded model-*-of-*.safetensors (with
@@ -14,7 +14,9 @@ Checkpoints, written in run.c's checkpoint format version 1 (README.md):
   --meta DIR     Meta's params.json and consolidated.*.pth (needs torch).
   --llama2c FILE a llama2.c checkpoint, version 0, 1 or 2 (Q8_0, dequantized).
   --seq-len N    cap the context length stored in the header.
-  --dtype f32    weight type of the output; f32 is the only one so far.
+  --dtype T      weight type of the matrices: f32 (default), f16, q8_0 or q4_0
+                 (GGUF-compatible blocks of 32, rounded as run.c and llama.cpp
+                 round; norms stay f32).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
@@ -57,8 +59,8 @@ RUNC_ALIGN = 64
 LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
 # Output weight types: --dtype name -> GGML type id in the header. q8_0 (8) and
-# q4_0 (2) go here once encode_tensor() can write them.
-WEIGHT_TYPES = {"f32": 0}
+WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
+QK = 32  # values per Q8_0 / Q4_0 block
 
 # The largest sizes run.c accepts (run.c's MAX_* limits).
 MAX_DIM, MAX_HIDDEN, MAX_LAYERS = 1 << 16, 1 << 20, 1 << 12
@@ -147,11 +149,49 @@ def runc_tensors(c):
     return tensors
 
 
+def inverse_scales(d):
+    """1/d, and 0 where d is 0 or 1/d overflows (such a block quantizes to 0)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.float32(1) / d
+    inv[~np.isfinite(inv)] = 0
+    return inv.astype(np.float32)
+
+
+def quantize_blocks(array, dtype):
+    """The rows of a matrix as Q8_0 or Q4_0 blocks, each row padded with zeros
+    to a whole number of blocks, rounded exactly as run.c's quantize_row (and
+    GGUF): Q8_0: d = max|x| / 127, q = round(x / d), halves away from zero;
+    Q4_0: d = (the value of largest magnitude) / -8, q = int(x / d + 8.5)
+    clamped to 0..15, low nibbles values 0..15 and high ones 16..31."""
+    rows, cols = array.shape
+    n_blocks = -(-cols // QK)
+    x = np.zeros((rows, n_blocks * QK), dtype=np.float32)
+    x[:, :cols] = array
+    x = x.reshape(rows, n_blocks, QK)
+    if dtype == "q8_0":
+        d = (np.abs(x).max(axis=2) / np.float32(127)).astype(np.float32)
+        y = (x * inverse_scales(d)[:, :, None]).astype(np.float64)  # exact, so +0.5 below is too
+        q = np.clip(np.trunc(y + np.copysign(0.5, y)), -128, 127).astype(np.int8)
+        blocks = np.empty((rows, n_blocks), dtype=[("d", "<f2"), ("q", "i1", QK)])
+        blocks["q"] = q
+    else:
+        first_max = np.abs(x).argmax(axis=2)[:, :, None]
+        d = (np.take_along_axis(x, first_max, axis=2)[:, :, 0] / np.float32(-8)).astype(np.float32)
+        y = (x * inverse_scales(d)[:, :, None]).astype(np.float32) + np.float32(8.5)  # float32, as in C
+        q = np.clip(np.trunc(y), 0, 15).astype(np.uint8)
+        blocks = np.empty((rows, n_blocks), dtype=[("d", "<f2"), ("q", "u1", QK // 2)])
+        blocks["q"] = q[:, :, :QK // 2] | (q[:, :, QK // 2:] << 4)
+    blocks["d"] = d.astype(np.float16)
+    return blocks.tobytes()
+
+
 def encode_tensor(array, kind, dtype):
     """The bytes (a buffer) of one tensor: norms always F32, the rest in dtype."""
     if dtype == "f32" or kind.startswith("rms_"):
         return np.ascontiguousarray(array, dtype="<f4").ravel().data
-    raise ExportError(f"--dtype {dtype}: not implemented")  # q8_0 / q4_0 go here
+    if dtype == "f16":
+        return np.ascontiguousarray(array, dtype="<f2").ravel().data
+    return quantize_blocks(np.asarray(array, dtype=np.float32), dtype)
 
 
 def write_runc(out_path, source, dtype, inputs):
@@ -948,7 +988,7 @@ def parse_args(argv):
     source.add_argument("--tokenizer", metavar="FILE",
                         help="SentencePiece tokenizer.model or tokenizer.json -> tokenizer.bin")
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
-    parser.add_argument("--dtype", default="f32", help="weight type: f32 (q8_0, q4_0: not yet)")
+    parser.add_argument("--dtype", default="f32", help="weight type of the matrices: f32, f16, q8_0 or q4_0")
     args = parser.parse_args(argv)
     if args.dtype not in WEIGHT_TYPES:
         parser.error(f"--dtype {args.dtype}: not supported (supported: {', '.join(WEIGHT_TYPES)})")

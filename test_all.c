@@ -4359,6 +4359,29 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     cli_free(&again);
 }
 
+// export.py --dtype f16|q8_0|q4_0 rounds exactly as ./run -m quantize does
+// (which the kernel tests hold to llama-quantize's bytes): the files match.
+static void test_export_dtypes(const char *label, const char *v0_path) {
+    static const char *const dtypes[] = {"f16", "q8_0", "q4_0"};
+    for (int i = 0; i < 3; i++) {
+        char name[160], py_out[PATH_SIZE], c_out[PATH_SIZE], status[64], err[256];
+        format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtypes[i], label);
+        format_text(py_out, sizeof py_out, "build/export/%s-export.%s.bin", label, dtypes[i]);
+        format_text(c_out, sizeof c_out, "build/export/%s-run.%s.bin", label, dtypes[i]);
+        CliResult p = {0}, c = {0};
+        python(&p, export_py, py_out, "--llama2c", v0_path, "--dtype", dtypes[i], NULL);
+        cli(&c, v0_path, "-m", "quantize", "-o", c_out, "--dtype", dtypes[i], NULL);
+        if (p.status != 0 || c.status != 0) {
+            report(name, 0, "export.py %s, stderr %s; run status %d", status_text(p.status, status, sizeof status),
+                   quoted(p.err.data, p.err.len, err, sizeof err), c.status);
+        } else {
+            expect_same_file(name, py_out, c_out, NULL);
+        }
+        cli_free(&p);
+        cli_free(&c);
+    }
+}
+
 static void export_tests(void) {
     char stories[PATH_SIZE], gqa[PATH_SIZE], mqa[PATH_SIZE], status[64], err[256];
     CliResult r;
@@ -4390,6 +4413,8 @@ static void export_tests(void) {
         for (size_t i = 0; i < sizeof hf_forms / sizeof hf_forms[0]; i++)
             test_hf_round_trip(models[m][0], models[m][1], &hf_forms[i]);
     test_llama2c_export("stories260K", stories, "build/export/stories260K-llama2c.bin");
+    test_export_dtypes("stories260K", stories);
+    test_export_dtypes("gqa-untied", gqa);
     test_llama2c_export("gqa-untied", gqa, "build/export/gqa-untied-llama2c.bin");
     // README specifies the format completely: export.py writes what the tests' own writer writes.
     convert_to_v1(stories, "build/export/stories260K-ours.v1.bin", 10000.0f, 1e-5f);
