@@ -5,8 +5,10 @@
 
    It includes run.c with TESTING defined (run.c's main is compiled out), so
    it can call the engine's internals: loaders, forward, tokenizer, sampler.
-   It also runs the built ./run binary for the command-line tests, and
-   /usr/bin/python3 (Debian's, with numpy) for export.py. Every check
+   It also runs the built ./run binary for the command-line tests
+   (environment: RUN_BINARY, default ./run, and RUN_WRAPPER, a command put
+   before it such as qemu-aarch64), and /usr/bin/python3 (Debian's, with
+   numpy) for export.py. Every check
    compares against the shared reference data (argv[1], default ../shared) or
    against an exact expectation computed here, independently of run.c.
 
@@ -2053,11 +2055,34 @@ static void cli_free(CliResult *r) {
     bytes_free(&r->err);
 }
 
-// Runs program with the arguments in args (ending with NULL) and stdin from
-// in_path (NULL: /dev/null), collecting its status, stdout and stderr.
-static int run_program(CliResult *r, const char *in_path, const char *program, va_list args) {
-    char *argv[64] = {(char *)program};
-    int n = 1;
+/* The run binary under test: $RUN_BINARY, default ./run, started through
+   the words of $RUN_WRAPPER when that is set. make test-arm64 runs this
+   suite (itself emulated) in build/arm64-v8a/ and build/arm64-dotprod/
+   with RUN_WRAPPER=qemu-aarch64, since an emulated process cannot exec an
+   ARM binary by itself; the host tools it runs (cc, python3) need none. */
+enum { MAX_WRAPPER_WORDS = 8 };
+static char run_words[PATH_SIZE];
+static char *run_command[MAX_WRAPPER_WORDS + 1]; // wrapper words, then the binary
+static int run_command_len;
+
+static void run_command_init(void) {
+    const char *wrapper = getenv("RUN_WRAPPER"), *binary = getenv("RUN_BINARY");
+    format_text(run_words, sizeof run_words, "%s", wrapper ? wrapper : "");
+    run_command_len = 0;
+    for (char *w = strtok(run_words, " "); w && run_command_len < MAX_WRAPPER_WORDS; w = strtok(NULL, " "))
+        run_command[run_command_len++] = w;
+    run_command[run_command_len++] = (char *)(binary && *binary ? binary : "./run");
+}
+
+static const char *run_binary(void) { return run_command[run_command_len - 1]; }
+
+// Runs the command (n words) with the arguments in args (ending with NULL)
+// and stdin from in_path (NULL: /dev/null), collecting its status, stdout
+// and stderr.
+static int run_program(CliResult *r, const char *in_path, char *const *command, int n_command, va_list args) {
+    char *argv[64];
+    int n = 0;
+    while (n < n_command) { argv[n] = command[n]; n++; }
     for (const char *a; (a = va_arg(args, const char *)) != NULL && n < 63;) argv[n++] = (char *)a;
     argv[n] = NULL;
     r->status = spawn_input(argv, in_path, "build/tmp/cli.out", "build/tmp/cli.err", 120);
@@ -2068,11 +2093,11 @@ static int run_program(CliResult *r, const char *in_path, const char *program, v
     return r->status;
 }
 
-// Runs ./run with the arguments that follow (ending with NULL).
+// Runs ./run (run_command) with the arguments that follow (ending with NULL).
 static int cli(CliResult *r, ...) {
     va_list args;
     va_start(args, r);
-    int status = run_program(r, NULL, "./run", args);
+    int status = run_program(r, NULL, run_command, run_command_len, args);
     va_end(args);
     return status;
 }
@@ -2081,7 +2106,7 @@ static int cli(CliResult *r, ...) {
 static int cli_input(CliResult *r, const char *in_path, ...) {
     va_list args;
     va_start(args, in_path);
-    int status = run_program(r, in_path, "./run", args);
+    int status = run_program(r, in_path, run_command, run_command_len, args);
     va_end(args);
     return status;
 }
@@ -2588,8 +2613,8 @@ static void test_bad_v1(const CliFiles *f) {
 // input files; reports a failure under name and returns -1 if it cannot.
 static int cli_files_init(CliFiles *f, const char *name) {
     char problem[512];
-    if (!file_exists("./run")) {
-        report(name, 0, "./run is missing: build it first (make run); run the tests from the repository root");
+    if (!file_exists(run_binary())) {
+        report(name, 0, "%s is missing: build it first (make run); run the tests from the repository root", run_binary());
         return -1;
     }
     shared_path(f->stories, "models/stories260K/stories260K.bin");
@@ -3892,7 +3917,8 @@ static void repo_path(const char *relative, char *out) {
 static int python(CliResult *r, ...) {
     va_list args;
     va_start(args, r);
-    int status = run_program(r, NULL, PYTHON, args);
+    char *command[] = {PYTHON};
+    int status = run_program(r, NULL, command, 1, args);
     va_end(args);
     return status;
 }
@@ -4236,6 +4262,7 @@ static void export_tests(void) {
 int main(int argc, char **argv) {
     if (argc > 1) shared = argv[1];
     signal(SIGPIPE, SIG_IGN);
+    run_command_init();
     mkdir("build", 0755);
     mkdir("build/models", 0755);
     mkdir("build/bad", 0755);
