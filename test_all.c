@@ -1534,6 +1534,53 @@ static void test_quantized_kernels(void) {
     }
 }
 
+// dot_q8 at the ends of the integer ranges, all scales 1: Q8_0 weights -128
+// or 127 (a file may hold -128; our quantizer never writes it), Q4_0 nibbles
+// 0 or 15, activations -127 or 127 (the most quantize_row gives). Every SIMD
+// path must give the exact integer sum, which float holds (< 2^24); the
+// first trial takes the largest products everywhere, to catch overflow in
+// narrow intermediate sums.
+static void test_dot_q8_extremes(void) {
+    enum { BLOCKS = 3, TRIALS = 64 };
+    unsigned char row[BLOCKS * Q8_0_BLOCK_BYTES], xq[BLOCKS * Q8_0_BLOCK_BYTES];
+    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
+    uint64_t rng = 5;
+    for (int ty = 0; ty < 2; ty++) {
+        int bad = 0;
+        char where[128] = "";
+        size_t block_bytes = types[ty] == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+        for (int trial = 0; trial < TRIALS; trial++) {
+            long expect = 0;
+            memset(row, 0, sizeof row);
+            for (int b = 0; b < BLOCKS; b++) {
+                unsigned char *wb = row + b * block_bytes, *xb = xq + b * Q8_0_BLOCK_BYTES;
+                put_u16(wb, 0x3C00); // 1.0 in half precision
+                put_u16(xb, 0x3C00);
+                for (int k = 0; k < QK; k++) {
+                    uint64_t bits = trial == 0 ? 0 : next_random(&rng);
+                    int x = bits & 1 ? 127 : -127, w;
+                    xb[2 + k] = (unsigned char)(int8_t)x;
+                    if (types[ty] == TYPE_Q8_0) {
+                        w = bits & 2 ? 127 : -128;
+                        wb[2 + k] = (unsigned char)(int8_t)w;
+                    } else {
+                        int nibble = bits & 2 ? 15 : 0;
+                        w = nibble - 8;
+                        wb[2 + k % 16] |= (unsigned char)(k < 16 ? nibble : nibble << 4);
+                    }
+                    expect += (long)w * x;
+                }
+            }
+            float got = dot_q8(row, xq, BLOCKS, types[ty]);
+            if (got != (float)expect && !bad++)
+                format_text(where, sizeof where, "; first: trial %d, %g instead of %ld", trial, got, expect);
+        }
+        char name[96];
+        format_text(name, sizeof name, "kernels: %s dot_q8 exact at the integer extremes", type_name((uint32_t)types[ty]));
+        report(name, bad == 0, "%d rows of %d blocks, %d off%s", TRIALS, BLOCKS, bad, where);
+    }
+}
+
 // Logits of ids fed one by one, and in batches split at odd places.
 static void test_batched_prefill(const char *path, const char *label) {
     Transformer one, batch;
@@ -1676,6 +1723,7 @@ static void kernel_tests(void) {
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
     test_quantized_kernels();
+    test_dot_q8_extremes();
     char path[PATH_SIZE];
     shared_path(path, "models/stories260K/stories260K.bin");
     test_batched_prefill(path, "stories260K");
