@@ -13,7 +13,12 @@ LDLIBS = -lm
 
 .PHONY: all portable test demo clean bench bench-large
 
+# make CROSS=aarch64 builds the ARM64 binaries instead (see ARM64 below).
+ifeq ($(CROSS),aarch64)
+all: arm64
+else
 all: run tokenizer.bin
+endif
 
 run: run.c
 	$(CC) $(CFLAGS) -o $@ run.c $(LDLIBS)
@@ -151,3 +156,52 @@ valgrind: build/valgrind/run
 	    -z $(STORIES)/tok512.bin -m chat -n 30 -t 0 >/dev/null
 	$(VALGRIND) build/valgrind/run $(SHARED)/models/gguf/g128.q4_0.gguf -n 20 -i hi -s 1 >/dev/null
 	@echo "valgrind: generate, chat and GGUF runs are clean"
+
+# ---- ARM64: cross build, tested under emulation (README: ARM boards) ----
+# make CROSS=aarch64  (or make arm64) builds static run and test_all with
+#                     Debian's gcc-aarch64-linux-gnu for two targets:
+#   build/arm64-v8a/      -march=armv8-a                any ARM64 (plain NEON)
+#   build/arm64-dotprod/  -march=armv8.2-a+dotprod      with the SDOT instruction
+#                     (Cortex-A55/A76 on, so Raspberry Pi 5, not Pi 3/4)
+# make test-arm64     runs the whole suite for each under qemu-aarch64.
+# Static binaries run on any ARM64 Linux, whatever its libc, and under
+# qemu-aarch64 without an ARM sysroot. Linking libgomp statically makes ld
+# warn that dlopen needs the glibc it was linked with: only OpenACC
+# profiling plugins would use it.
+ARM_CC ?= aarch64-linux-gnu-gcc
+ARM_TARGETS = v8a dotprod
+ARM_MARCH_v8a = -march=armv8-a
+ARM_MARCH_dotprod = -march=armv8.2-a+dotprod
+ARM_CFLAGS = -O3 -std=c11 -Wall -Wextra -Wshadow -static
+ifeq ($(OPENMP),1)
+ARM_CFLAGS += -fopenmp
+endif
+QEMU ?= qemu-aarch64
+# Each suite runs on the oldest core its -march promises, so that an
+# instruction beyond the target (auto-vectorized or not) fails the test.
+QEMU_CPU_v8a = cortex-a53
+QEMU_CPU_dotprod = cortex-a76
+
+.PHONY: arm64 test-arm64 $(ARM_TARGETS:%=test-arm64-%)
+
+arm64: $(foreach t,$(ARM_TARGETS),build/arm64-$(t)/run build/arm64-$(t)/test_all)
+
+build/arm64-%/run: run.c
+	@mkdir -p $(@D)
+	$(ARM_CC) $(ARM_CFLAGS) $(ARM_MARCH_$*) -o $@ run.c $(LDLIBS)
+
+build/arm64-%/test_all: test_all.c run.c
+	@mkdir -p $(@D)
+	$(ARM_CC) $(ARM_CFLAGS) $(ARM_MARCH_$*) -o $@ test_all.c $(LDLIBS)
+
+# Like test-asan, each suite runs inside its build directory (./run is that
+# target's, scratch files go to its build/). test_all is emulated and starts
+# every ./run through qemu too (RUN_WRAPPER); cc and python3 run natively.
+test-arm64: $(ARM_TARGETS:%=test-arm64-%)
+
+$(ARM_TARGETS:%=test-arm64-%): test-arm64-%: build/arm64-%/run build/arm64-%/test_all
+	@echo "== arm64-$* under $(QEMU) -cpu $(QEMU_CPU_$*)"
+	@start=$$(date +%s); \
+	cd build/arm64-$* && OMP_WAIT_POLICY=passive RUN_WRAPPER="$(QEMU) -cpu $(QEMU_CPU_$*)" \
+	    $(QEMU) -cpu $(QEMU_CPU_$*) ./test_all $(abspath $(SHARED)) || exit 1; \
+	echo "== arm64-$* passed in $$(( $$(date +%s) - start )) s"

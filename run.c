@@ -1376,6 +1376,11 @@ static int quantize_row(unsigned char *out, const float *x, int n, int type) {
 
 #if defined(__F16C__)
 static float block_scale(const unsigned char *block) { return _cvtsh_ss(read_u16(block)); }
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+// AArch64 converts half precision in hardware (denormals included).
+static float block_scale(const unsigned char *block) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(read_u16(block)))), 0);
+}
 #else
 static float block_scale(const unsigned char *block) { return f16_to_f32(read_u16(block)); }
 #endif
@@ -1421,6 +1426,52 @@ static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blo
     }
     if (b < n_blocks) acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
     return sum_m256(_mm256_add_ps(acc0, acc1));
+}
+
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+// The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
+// lanes. The dot-product extension (armv8.2-a+dotprod) does four products
+// and their sum per lane in one instruction; plain NEON widens the products
+// to int16 and adds neighbouring pairs into int32 at once, which no input
+// can overflow (128 * 128 fits int16, the pairs are summed in int32).
+static int32x4_t dot_bytes(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+#else
+    int32x4_t sums = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+    sums = vpadalq_s16(sums, vmull_high_s8(w0, x0));
+    sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+    return vpadalq_s16(sums, vmull_high_s8(w1, x1));
+#endif
+}
+
+// acc + one weight block (Q8_0 or Q4_0) times one Q8_0 block of x, in 4 lanes.
+static float32x4_t block_dot(const unsigned char *wb, const unsigned char *xb, int type, float32x4_t acc) {
+    int8x16_t w0, w1;
+    if (type == TYPE_Q8_0) {
+        w0 = vld1q_s8((const int8_t *)(wb + 2));
+        w1 = vld1q_s8((const int8_t *)(wb + 18));
+    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
+        uint8x16_t packed = vld1q_u8(wb + 2);
+        w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+        w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+    }
+    int32x4_t sums = dot_bytes(w0, w1, vld1q_s8((const int8_t *)(xb + 2)), vld1q_s8((const int8_t *)(xb + 18)));
+    return vfmaq_n_f32(acc, vcvtq_f32_s32(sums), block_scale(wb) * block_scale(xb));
+}
+
+// dot(row, x) for a Q8_0 or Q4_0 row of n_blocks blocks and x in Q8_0
+// blocks; two sums, so that consecutive blocks do not wait for each other.
+static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0;
+    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    int b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {
+        acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
+        acc1 = block_dot(row + (b + 1) * block_bytes, xq + (b + 1) * Q8_0_BLOCK_BYTES, type, acc1);
+    }
+    if (b < n_blocks) acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
 }
 
 #else

@@ -5,8 +5,10 @@
 
    It includes run.c with TESTING defined (run.c's main is compiled out), so
    it can call the engine's internals: loaders, forward, tokenizer, sampler.
-   It also runs the built ./run binary for the command-line tests, and
-   /usr/bin/python3 (Debian's, with numpy) for export.py. Every check
+   It also runs the built ./run binary for the command-line tests
+   (environment: RUN_BINARY, default ./run, and RUN_WRAPPER, a command put
+   before it such as qemu-aarch64), and /usr/bin/python3 (Debian's, with
+   numpy) for export.py. Every check
    compares against the shared reference data (argv[1], default ../shared) or
    against an exact expectation computed here, independently of run.c.
 
@@ -1532,6 +1534,53 @@ static void test_quantized_kernels(void) {
     }
 }
 
+// dot_q8 at the ends of the integer ranges, all scales 1: Q8_0 weights -128
+// or 127 (a file may hold -128; our quantizer never writes it), Q4_0 nibbles
+// 0 or 15, activations -127 or 127 (the most quantize_row gives). Every SIMD
+// path must give the exact integer sum, which float holds (< 2^24); the
+// first trial takes the largest products everywhere, to catch overflow in
+// narrow intermediate sums.
+static void test_dot_q8_extremes(void) {
+    enum { BLOCKS = 3, TRIALS = 64 };
+    unsigned char row[BLOCKS * Q8_0_BLOCK_BYTES], xq[BLOCKS * Q8_0_BLOCK_BYTES];
+    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
+    uint64_t rng = 5;
+    for (int ty = 0; ty < 2; ty++) {
+        int bad = 0;
+        char where[128] = "";
+        size_t block_bytes = types[ty] == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+        for (int trial = 0; trial < TRIALS; trial++) {
+            long expect = 0;
+            memset(row, 0, sizeof row);
+            for (int b = 0; b < BLOCKS; b++) {
+                unsigned char *wb = row + b * block_bytes, *xb = xq + b * Q8_0_BLOCK_BYTES;
+                put_u16(wb, 0x3C00); // 1.0 in half precision
+                put_u16(xb, 0x3C00);
+                for (int k = 0; k < QK; k++) {
+                    uint64_t bits = trial == 0 ? 0 : next_random(&rng);
+                    int x = bits & 1 ? 127 : -127, w;
+                    xb[2 + k] = (unsigned char)(int8_t)x;
+                    if (types[ty] == TYPE_Q8_0) {
+                        w = bits & 2 ? 127 : -128;
+                        wb[2 + k] = (unsigned char)(int8_t)w;
+                    } else {
+                        int nibble = bits & 2 ? 15 : 0;
+                        w = nibble - 8;
+                        wb[2 + k % 16] |= (unsigned char)(k < 16 ? nibble : nibble << 4);
+                    }
+                    expect += (long)w * x;
+                }
+            }
+            float got = dot_q8(row, xq, BLOCKS, types[ty]);
+            if (got != (float)expect && !bad++)
+                format_text(where, sizeof where, "; first: trial %d, %g instead of %ld", trial, got, expect);
+        }
+        char name[96];
+        format_text(name, sizeof name, "kernels: %s dot_q8 exact at the integer extremes", type_name((uint32_t)types[ty]));
+        report(name, bad == 0, "%d rows of %d blocks, %d off%s", TRIALS, BLOCKS, bad, where);
+    }
+}
+
 // Logits of ids fed one by one, and in batches split at odd places.
 static void test_batched_prefill(const char *path, const char *label) {
     Transformer one, batch;
@@ -1674,6 +1723,7 @@ static void kernel_tests(void) {
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
     test_quantized_kernels();
+    test_dot_q8_extremes();
     char path[PATH_SIZE];
     shared_path(path, "models/stories260K/stories260K.bin");
     test_batched_prefill(path, "stories260K");
@@ -2053,11 +2103,34 @@ static void cli_free(CliResult *r) {
     bytes_free(&r->err);
 }
 
-// Runs program with the arguments in args (ending with NULL) and stdin from
-// in_path (NULL: /dev/null), collecting its status, stdout and stderr.
-static int run_program(CliResult *r, const char *in_path, const char *program, va_list args) {
-    char *argv[64] = {(char *)program};
-    int n = 1;
+/* The run binary under test: $RUN_BINARY, default ./run, started through
+   the words of $RUN_WRAPPER when that is set. make test-arm64 runs this
+   suite (itself emulated) in build/arm64-v8a/ and build/arm64-dotprod/
+   with RUN_WRAPPER=qemu-aarch64, since an emulated process cannot exec an
+   ARM binary by itself; the host tools it runs (cc, python3) need none. */
+enum { MAX_WRAPPER_WORDS = 8 };
+static char run_words[PATH_SIZE];
+static char *run_command[MAX_WRAPPER_WORDS + 1]; // wrapper words, then the binary
+static int run_command_len;
+
+static void run_command_init(void) {
+    const char *wrapper = getenv("RUN_WRAPPER"), *binary = getenv("RUN_BINARY");
+    format_text(run_words, sizeof run_words, "%s", wrapper ? wrapper : "");
+    run_command_len = 0;
+    for (char *w = strtok(run_words, " "); w && run_command_len < MAX_WRAPPER_WORDS; w = strtok(NULL, " "))
+        run_command[run_command_len++] = w;
+    run_command[run_command_len++] = (char *)(binary && *binary ? binary : "./run");
+}
+
+static const char *run_binary(void) { return run_command[run_command_len - 1]; }
+
+// Runs the command (n words) with the arguments in args (ending with NULL)
+// and stdin from in_path (NULL: /dev/null), collecting its status, stdout
+// and stderr.
+static int run_program(CliResult *r, const char *in_path, char *const *command, int n_command, va_list args) {
+    char *argv[64];
+    int n = 0;
+    while (n < n_command) { argv[n] = command[n]; n++; }
     for (const char *a; (a = va_arg(args, const char *)) != NULL && n < 63;) argv[n++] = (char *)a;
     argv[n] = NULL;
     r->status = spawn_input(argv, in_path, "build/tmp/cli.out", "build/tmp/cli.err", 120);
@@ -2068,11 +2141,11 @@ static int run_program(CliResult *r, const char *in_path, const char *program, v
     return r->status;
 }
 
-// Runs ./run with the arguments that follow (ending with NULL).
+// Runs ./run (run_command) with the arguments that follow (ending with NULL).
 static int cli(CliResult *r, ...) {
     va_list args;
     va_start(args, r);
-    int status = run_program(r, NULL, "./run", args);
+    int status = run_program(r, NULL, run_command, run_command_len, args);
     va_end(args);
     return status;
 }
@@ -2081,7 +2154,7 @@ static int cli(CliResult *r, ...) {
 static int cli_input(CliResult *r, const char *in_path, ...) {
     va_list args;
     va_start(args, in_path);
-    int status = run_program(r, in_path, "./run", args);
+    int status = run_program(r, in_path, run_command, run_command_len, args);
     va_end(args);
     return status;
 }
@@ -2588,8 +2661,8 @@ static void test_bad_v1(const CliFiles *f) {
 // input files; reports a failure under name and returns -1 if it cannot.
 static int cli_files_init(CliFiles *f, const char *name) {
     char problem[512];
-    if (!file_exists("./run")) {
-        report(name, 0, "./run is missing: build it first (make run); run the tests from the repository root");
+    if (!file_exists(run_binary())) {
+        report(name, 0, "%s is missing: build it first (make run); run the tests from the repository root", run_binary());
         return -1;
     }
     shared_path(f->stories, "models/stories260K/stories260K.bin");
@@ -2644,6 +2717,15 @@ static int clean_utf8(const unsigned char *b, size_t n) {
     return 1;
 }
 
+// argv for the run binary under test (its RUN_WRAPPER words first), then args.
+static char **run_argv(char **argv, int size, char *const args[]) {
+    int n = 0;
+    for (int i = 0; i < run_command_len && n < size - 1; i++) argv[n++] = run_command[i];
+    for (int i = 0; args[i] && n < size - 1; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    return argv;
+}
+
 // Starts argv with stdout into a pipe (returned in *out_fd), stdin from
 // in_fd (-1: /dev/null), stderr into err_path; SIGPIPE default or ignored.
 static pid_t spawn_piped(char *const argv[], int in_fd, int *out_fd, const char *err_path, int sigpipe_default) {
@@ -2679,9 +2761,9 @@ static void test_closed_pipe(const CliFiles *f, int sigpipe_default) {
     char name[128];
     format_text(name, sizeof name, "hostile: stdout closed after 10 bytes (SIGPIPE %s) ends quietly",
                 sigpipe_default ? "default" : "ignored");
-    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "1", NULL};
+    char *args[] = {(char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "1", NULL}, *argv[32];
     int out;
-    pid_t pid = spawn_piped(argv, -1, &out, "build/tmp/pipe.err", sigpipe_default);
+    pid_t pid = spawn_piped(run_argv(argv, 32, args), -1, &out, "build/tmp/pipe.err", sigpipe_default);
     char buf[10];
     size_t got = 0;
     while (pid > 0 && got < sizeof buf) {
@@ -2705,9 +2787,9 @@ static void test_closed_pipe(const CliFiles *f, int sigpipe_default) {
 // prints the timing and exits with 130.
 static void test_ctrl_c_generate(const CliFiles *f) {
     const char *name = "hostile: Ctrl-C during generation ends cleanly (status 130, timing printed)";
-    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "2", NULL};
+    char *args[] = {(char *)f->s15m, "-z", (char *)f->llama_tok, "-n", "0", "-s", "2", NULL}, *argv[32];
     int out;
-    pid_t pid = spawn_piped(argv, -1, &out, "build/tmp/sigint.err", 1);
+    pid_t pid = spawn_piped(run_argv(argv, 32, args), -1, &out, "build/tmp/sigint.err", 1);
     char buf[65536];
     ssize_t n = pid > 0 ? read(out, buf, 1) : -1; // generation has begun
     if (n == 1) kill(pid, SIGINT);
@@ -2730,9 +2812,10 @@ static void test_ctrl_c_chat(const CliFiles *f) {
     int in[2];
     if (pipe(in) != 0) { report(name, 0, "pipe failed"); return; }
     fcntl(in[1], F_SETFD, FD_CLOEXEC); // else the child holds its own stdin open and never sees its end
-    char *argv[] = {"./run", (char *)f->s15m, "-z", (char *)f->llama_tok, "-m", "chat", "-y", "", "-n", "0", "-s", "3", NULL};
+    char *args[] = {(char *)f->s15m, "-z", (char *)f->llama_tok, "-m", "chat", "-y", "", "-n", "0", "-s", "3", NULL};
+    char *argv[32];
     int out;
-    pid_t pid = spawn_piped(argv, in[0], &out, "build/tmp/sigint-chat.err", 1);
+    pid_t pid = spawn_piped(run_argv(argv, 32, args), in[0], &out, "build/tmp/sigint-chat.err", 1);
     close(in[0]);
     static char buf[1 << 16];
     size_t got = 0;
@@ -4064,7 +4147,8 @@ static void repo_path(const char *relative, char *out) {
 static int python(CliResult *r, ...) {
     va_list args;
     va_start(args, r);
-    int status = run_program(r, NULL, PYTHON, args);
+    char *command[] = {PYTHON};
+    int status = run_program(r, NULL, command, 1, args);
     va_end(args);
     return status;
 }
@@ -4433,6 +4517,7 @@ static void export_tests(void) {
 int main(int argc, char **argv) {
     if (argc > 1) shared = argv[1];
     signal(SIGPIPE, SIG_IGN);
+    run_command_init();
     mkdir("build", 0755);
     mkdir("build/models", 0755);
     mkdir("build/bad", 0755);
