@@ -91,7 +91,7 @@ endif
 
 .PHONY: fuzz fuzz-build fuzz-regress fuzz-corpus test-asan
 
-build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.c fuzz/fuzz_util.h fuzz/fuzz_model.h run.c
+build/fuzz/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_util.c fuzz/fuzz_util.h fuzz/fuzz_model.h fuzz/fuzz_vocab.h run.c
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< fuzz/fuzz_util.c -lm
 

@@ -10,6 +10,7 @@
 #define TESTING
 #include "fuzz_util.h"
 #include "../run.c"
+#include "fuzz_vocab.h"
 
 // The KV cache is sized for this many positions at most (what -c does), so a
 // header declaring a long context does not make every run allocate gigabytes.
@@ -21,17 +22,8 @@ static void fuzz_vocab(const char *path, int vocab_size) {
     Tokenizer tk;
     if (tokenizer_open(&tk, path, vocab_size) != 0) return;
     static const char text[] = "Hello world \xE2\x96\x81 caf\xC3\xA9 \xFF";
-    int *tokens = malloc((3 * (sizeof text - 1) + 3) * sizeof(int)), n; // exactly the room encode may use
-    if (tokens && encode(&tk, text, sizeof text - 1, tk.add_bos, 1, tokens, &n) == 0)
-        for (int i = 0; i < n; i++) {
-            size_t len;
-            fuzz_touch(decode(&tk, i > 0 ? tokens[i - 1] : -1, tokens[i], &len), len);
-        }
-    free(tokens);
-    for (int id = 0; id < tk.vocab_size; id++) {
-        size_t len;
-        fuzz_touch(decode(&tk, tk.bos_id, id, &len), len);
-    }
+    fuzz_encode_decode(&tk, text, sizeof text - 1, tk.add_bos);
+    fuzz_decode_all(&tk);
     tokenizer_close(&tk);
 }
 

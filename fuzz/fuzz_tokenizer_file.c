@@ -10,6 +10,7 @@
 #define TESTING
 #include "fuzz_util.h"
 #include "../run.c"
+#include "fuzz_vocab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
@@ -26,21 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const struct { const char *s; size_t len; } texts[] = {
         TEXT(""), TEXT(" "), TEXT("Hello world"), TEXT("  two  spaces  "), TEXT("a\xE2\x96\x81" "b"),
         TEXT("caf\xC3\xA9 \xF0\x9F\x98\x80 \xFF\xC3"), TEXT("ab\0ab"), TEXT("<0x41><s>\n</s>")};
-    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
-        int *tokens = malloc((3 * texts[k].len + 3) * sizeof(int)), n; // exactly the room encode may use
-        if (!tokens) abort();
-        if (encode(&tk, texts[k].s, texts[k].len, 1, 1, tokens, &n) == 0)
-            for (int i = 0; i < n; i++) {
-                if (tokens[i] < 0 || tokens[i] >= tk.vocab_size) abort();
-                size_t len;
-                fuzz_touch(decode(&tk, i > 0 ? tokens[i - 1] : -1, tokens[i], &len), len);
-            }
-        free(tokens);
-    }
-    for (int id = 0; id < tk.vocab_size; id++) {
-        size_t len;
-        fuzz_touch(decode(&tk, tk.bos_id, id, &len), len);
-    }
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) fuzz_encode_decode(&tk, texts[k].s, texts[k].len, 1);
+    fuzz_decode_all(&tk);
     tokenizer_close(&tk);
     return 0;
 }
