@@ -1,7 +1,7 @@
 /* run.c: inference for Llama-family transformers in one C file.
 
-   It memory-maps a checkpoint (llama2.c "version 0", or this project's own
-   versioned format), encodes text with a SentencePiece-exact BPE tokenizer,
+   It memory-maps a checkpoint (llama2.c "version 0", this project's own
+   versioned format, or GGUF), encodes text with a SentencePiece-exact BPE tokenizer,
    runs the transformer forward pass over a key/value cache (prompts in
    blocks of positions, generation one position at a time), and samples the
    next token.
@@ -1584,8 +1584,9 @@ static void swiglu(float *hb, const float *hb2, int n) {
 }
 
 /* ----------------------------------------------------------------------------
-   Forward: one token at position pos; returns the logits (vocab_size). The
-   caller feeds positions 0, 1, 2, ... in order; pos < seq_len. */
+   Forward: forward() runs one token at position pos and returns the logits
+   (vocab_size); forward_batch() runs a block of positions at once (prompts).
+   Callers feed positions 0, 1, 2, ... in order; pos < seq_len. */
 
 // Causal self-attention of query head h (q: head_size values) over positions
 // 0..pos of this layer's cache; att is scratch of pos + 1 scores, the result
