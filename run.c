@@ -15,6 +15,9 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L // mmap, getline, strdup, sigaction, clock_gettime
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE // madvise
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +84,8 @@ typedef struct {
     const void *data;
     int type;
     int rows, cols;
+    const unsigned char *packed; // Q8_0/Q4_0: the same weights interleaved for the
+                                 // integer kernels (see pack_matrix), or NULL
 } Matrix;
 
 typedef struct {
@@ -102,6 +107,15 @@ typedef struct {
     const float *rms_final; // (dim)
     Matrix wcls;            // (vocab_size, dim), the embedding when shared
 } TransformerWeights;
+
+// One block of 32 activations quantized for the packed integer kernels. The
+// packed weights are stored unsigned (Q8_0 plus 128, Q4_0 as its nibbles,
+// value plus 8), so every integer block sum carries offset * sum(q) too.
+typedef struct {
+    float scale;  // x ~ scale * q
+    int32_t bias; // offset * sum(q), subtracted from each integer block sum
+    int8_t q[QK];
+} ActBlock;
 
 // Activations for one position, and the KV cache for all positions so far.
 typedef struct {
@@ -133,6 +147,7 @@ typedef struct {
     float *bk;          // (BATCH, kv_dim) with the fp16 cache: keys before they are stored
     float *bv;          // (BATCH, kv_dim) and values
     float *bxt;         // matmat's scratch: a block's inputs, packed
+    ActBlock *xq;       // (BATCH, max_cols / QK) inputs quantized for the integer kernels
 } RunState;
 
 typedef struct {
@@ -141,6 +156,7 @@ typedef struct {
     RunState state;
     void *map;           // the whole checkpoint file, read-only
     size_t map_size;
+    unsigned char *packed; // every Matrix.packed, one allocation (or NULL)
     long long n_forward; // forward passes run, for tests and timing
     FILE *trace;         // --trace: every token fed, one id per line
     int is_gguf;
@@ -287,14 +303,14 @@ static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
 
 // Layer l's matrix inside a stacked tensor.
 static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
-    Matrix m = {stack + (size_t)l * rows * type_row_bytes(type, cols), type, rows, cols};
+    Matrix m = {stack + (size_t)l * rows * type_row_bytes(type, cols), type, rows, cols, NULL};
     return m;
 }
 
 static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
     int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    w->token_embedding = (Matrix){t->token_embedding, wt, c->vocab_size, c->dim};
-    w->wcls = (Matrix){t->wcls, wt, c->vocab_size, c->dim};
+    w->token_embedding = (Matrix){t->token_embedding, wt, c->vocab_size, c->dim, NULL};
+    w->wcls = (Matrix){t->wcls, wt, c->vocab_size, c->dim, NULL};
     w->rms_final = (const float *)t->rms_final;
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights *lw = &w->layers[l];
@@ -661,7 +677,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
         if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
         *vec = (const float *)(g->data + t->offset);
     } else {
-        *m = (Matrix){g->data + t->offset, (int)t->type, rows, cols};
+        *m = (Matrix){g->data + t->offset, (int)t->type, rows, cols, NULL};
     }
     return 0;
 }
@@ -751,11 +767,13 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->bhb2 = calloc((size_t)BATCH * c->hidden_dim, sizeof(float));
     s->brope_cos = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     s->brope_sin = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
-    s->bxt = calloc((size_t)BATCH * (c->hidden_dim > c->dim ? c->hidden_dim : c->dim), sizeof(float));
+    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    s->bxt = calloc((size_t)BATCH * max_cols, sizeof(float));
+    s->xq = calloc((size_t)BATCH * ((max_cols + QK - 1) / QK), sizeof(ActBlock));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
         !s->rope_sin || !s->logits || !(f16 ? s->key_cache_f16 && s->value_cache_f16 : s->key_cache && s->value_cache) ||
         !s->k || !s->v || !s->bk || !s->bv || !s->bx || !s->bxb || !s->bxb2 ||
-        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || !s->bxt)
+        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || !s->bxt || !s->xq)
         return -1;
     return 0;
 }
@@ -764,13 +782,14 @@ static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
     free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
     free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
-    free(s->brope_cos); free(s->brope_sin); free(s->bxt);
+    free(s->brope_cos); free(s->brope_sin); free(s->bxt); free(s->xq);
     free(s->key_cache_f16); free(s->value_cache_f16); free(s->k); free(s->v); free(s->bk); free(s->bv);
     memset(s, 0, sizeof *s);
 }
 
 void transformer_close(Transformer *t) {
     free_run_state(&t->state);
+    free(t->packed);
     free(t->weights.layers);
     if (t->map) munmap(t->map, t->map_size);
     memset(t, 0, sizeof *t);
@@ -822,9 +841,11 @@ static int load_weights(Transformer *t, const char *path) {
 // Loads a checkpoint and allocates the run state for a context of
 // max_context positions (0, or more than the model's: the model's own).
 // kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
+static int pack_weights(Transformer *t, const char *path); // with the kernels below
+
 int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
     memset(t, 0, sizeof *t);
-    if (load_weights(t, path) != 0) { transformer_close(t); return -1; }
+    if (load_weights(t, path) != 0 || pack_weights(t, path) != 0) { transformer_close(t); return -1; }
     Config *c = &t->config;
     if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
     if (alloc_run_state(&t->state, c, kv_type) != 0) {
@@ -1527,6 +1548,290 @@ static int matmat_q8(float *out, const float *x, int n, const Matrix *m) {
     return 0;
 }
 
+/* Packed quantized weights: the layout the integer kernels read fastest.
+   In row-major Q8_0/Q4_0 each block is one row's 32 values, so a SIMD kernel
+   must widen one row's scale per block and add its lanes up per row. Like
+   llama.cpp's CPU repacking, we copy each quantized matrix once at load time
+   so that 16 rows travel together: for each group of 16 rows and each block
+   of 32 columns (g, b), in this order,
+     quants (Q8_0: 512 bytes) 8 chunks of 64 bytes; in chunk j, row r's four
+            values 4j..4j+3 sit at bytes 4r..4r+3, stored plus 128 (0..255);
+            (Q4_0: 256 bytes) 4 chunks; in chunk j, row r's block bytes
+            4j..4j+3 at bytes 4r..4r+3: low nibbles are its values 4j..4j+3,
+            high nibbles 16+4j..16+4j+3, each stored plus 8 (0..15);
+   and after all quants, the scales: 16 fp16 values per (g, b), one per row.
+   One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
+   four bytes in every lane) and adds into 16 int32 lanes, one per row; a
+   block's sums then take one conversion and one multiply-add for all 16
+   rows. Rows past the matrix are zeros. The size equals the original's
+   (plus those padding rows); pack_weights drops the original pages from
+   memory after the copy (they come back from the file if needed). */
+
+#define GROUP_ROWS 16
+
+static size_t packed_quant_bytes(int type) { return type == TYPE_Q8_0 ? 512 : 256; } // per (g, b)
+
+static size_t packed_size(const Matrix *m) {
+    size_t groups = ((size_t)m->rows + GROUP_ROWS - 1) / GROUP_ROWS, blocks = ((size_t)m->cols + QK - 1) / QK;
+    return groups * blocks * (packed_quant_bytes(m->type) + GROUP_ROWS * sizeof(uint16_t));
+}
+
+static const uint16_t *packed_scales(const Matrix *m) {
+    size_t groups = ((size_t)m->rows + GROUP_ROWS - 1) / GROUP_ROWS, blocks = ((size_t)m->cols + QK - 1) / QK;
+    return (const uint16_t *)(m->packed + groups * blocks * packed_quant_bytes(m->type));
+}
+
+// dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
+static void pack_matrix(unsigned char *dst, const Matrix *m) {
+    int n_groups = (m->rows + GROUP_ROWS - 1) / GROUP_ROWS, n_blocks = (m->cols + QK - 1) / QK, q8 = m->type == TYPE_Q8_0;
+    size_t row_bytes = type_row_bytes(m->type, m->cols), block_bytes = q8 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+    size_t quant_bytes = packed_quant_bytes(m->type);
+    uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
+    int g;
+    #pragma omp parallel for private(g) schedule(static)
+    for (g = 0; g < n_groups; g++)
+        for (int b = 0; b < n_blocks; b++) {
+            size_t gb = (size_t)g * n_blocks + b;
+            unsigned char *quants = dst + gb * quant_bytes;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int row = g * GROUP_ROWS + r;
+                const unsigned char *block = (const unsigned char *)m->data + (size_t)row * row_bytes + b * block_bytes;
+                scales[gb * GROUP_ROWS + r] = row < m->rows ? read_u16(block) : 0;
+                for (int k = 0; k < (q8 ? QK : QK / 2); k++) {
+                    unsigned char zero = q8 ? 128 : 0x88, v = row < m->rows ? block[2 + k] : zero;
+                    quants[(k / 4) * 64 + r * 4 + k % 4] = q8 ? (unsigned char)(v ^ 0x80) : v; // int8 + 128
+                }
+            }
+        }
+}
+
+// Row r's value k (0..31) of block (g, b) as stored: plus 128 (Q8_0) or 8 (Q4_0).
+static int packed_value(const unsigned char *quants, int r, int k, int type) {
+    if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
+    unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
+    return k < 16 ? byte & 0xF : byte >> 4;
+}
+
+// x (cols) as ActBlocks against a matrix of type (the offset of its stored
+// values). Q8_0 rounding, with the exact float scale amax / 127 and
+// round-to-nearest-even (the SIMD conversion's mode) instead of fp16.
+// -1 if a value is not finite.
+static int quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
+    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    for (int b = 0; b * QK < cols; b++) {
+        int len = cols - b * QK < QK ? cols - b * QK : QK;
+        const float *xb = x + (size_t)b * QK;
+        float amax = 0.0f;
+        for (int k = 0; k < len; k++) {
+            if (!isfinite(xb[k])) return -1;
+            amax = fmaxf(amax, fabsf(xb[k]));
+        }
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows: zeros
+        int sum = 0;
+        for (int k = 0; k < QK; k++) {
+            int q = k < len ? (int)nearbyintf(xb[k] * id) : 0;
+            out[b].q[k] = (int8_t)q;
+            sum += q;
+        }
+        out[b].scale = f16_to_f32(f32_to_f16(d));
+        out[b].bias = offset * sum;
+    }
+    return 0;
+}
+
+// 16 rows of the packed matrix (group g) against x: out[r] for r < 16, the
+// plain reference. Per block: the exact integer sum, less x's bias, times
+// (row scale * x scale), added with one rounding (fmaf) in block order: the
+// SIMD kernels do the same operations per lane, so they agree bit for bit.
+static void packed_group_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    const uint16_t *scales = packed_scales(m);
+    float acc[GROUP_ROWS] = {0};
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        const unsigned char *quants = m->packed + gb * packed_quant_bytes(m->type);
+        for (int r = 0; r < GROUP_ROWS; r++) {
+            int32_t sum = 0;
+            for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
+            sum -= x[b].bias;
+            acc[r] = fmaf((float)sum, f16_to_f32(scales[gb * GROUP_ROWS + r]) * x[b].scale, acc[r]);
+        }
+    }
+    memcpy(out, acc, sizeof acc);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define PACKED_KERNELS 1
+
+// Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
+static void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
+    if (type == TYPE_Q8_0) {
+        for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
+    } else {
+        __m512i low = _mm512_set1_epi8(0x0F);
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(quants + 64 * j);
+            w[j] = _mm512_and_si512(v, low);
+            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+    }
+}
+
+// acc (16 rows) + one block: VNNI sums of unsigned weights times x's signed
+// bytes (four per lane per step), less the bias, scaled.
+static __m512 group_block(__m512 acc, const __m512i w[8], __m512 row_scales, const ActBlock *x) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x->q + 4 * j)));
+    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(row_scales, _mm512_set1_ps(x->scale)), acc);
+}
+
+static __m512 group_scales(const uint16_t *scales) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+}
+
+// Positions per prefill tile: 16 sums + 8 weight vectors + scales in registers.
+#define PACKED_TOKENS 16
+
+// out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
+// and rows r < n_rows of group g: each block's weights loaded once for all n.
+static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    const uint16_t *scales = packed_scales(m);
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    if (n == 1) { // generation: one sum, in a register
+        __m512 sum = _mm512_setzero_ps();
+        for (int b = 0; b < n_blocks; b++) {
+            size_t gb = (size_t)g * n_blocks + b;
+            __m512i w[8];
+            load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
+            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + b);
+        }
+        _mm512_mask_storeu_ps(out, rows, sum);
+        return;
+    }
+    __m512 acc[PACKED_TOKENS];
+    for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        __m512i w[8];
+        load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
+        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
+        if (n == PACKED_TOKENS) { // a constant count, so that acc stays in registers
+            for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block(acc[t], w, row_scales, x + (size_t)t * n_blocks + b);
+        } else {
+            for (int t = 0; t < n; t++) acc[t] = group_block(acc[t], w, row_scales, x + (size_t)t * n_blocks + b);
+        }
+    }
+    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
+}
+
+#else
+#define PACKED_KERNELS 0
+#define PACKED_TOKENS 1
+#endif
+
+// packed_group with the plain reference (use_plain_kernels, and builds
+// without the SIMD kernels, where only the tests pack matrices).
+static void packed_group_ref(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    for (int t = 0; t < n; t++) {
+        float sums[GROUP_ROWS];
+        packed_group_plain(sums, m, g, x + (size_t)t * n_blocks);
+        memcpy(out + (size_t)t * out_stride, sums, (size_t)n_rows * sizeof(float));
+    }
+}
+
+// quantize_act_plain, the same arithmetic with AVX-512 where it exists.
+static int quantize_act(ActBlock *out, const float *x, int cols, int type) {
+    int b = 0;
+#if PACKED_KERNELS
+    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    __m512 inf = _mm512_set1_ps(INFINITY);
+    for (; (b + 1) * QK <= cols; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + (size_t)b * QK), v1 = _mm512_loadu_ps(x + (size_t)b * QK + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        // NaN or infinity: not less than infinity
+        if (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) return -1;
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
+        out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        out[b].bias = offset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+#endif
+    return quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
+}
+
+// out (n, m.rows) = x (n, m.cols) @ m^T with the packed kernels; xq holds
+// n * blocks ActBlocks. One parallel region: the threads quantize the
+// positions, then split the row groups, so each weight is read once.
+// -1 if x holds a value that is not finite (the float kernels take it).
+static int matmat_packed(float *out, const float *x, int n, const Matrix *m, ActBlock *xq) {
+    int n_blocks = (m->cols + QK - 1) / QK, n_groups = (m->rows + GROUP_ROWS - 1) / GROUP_ROWS, bad = 0;
+    #pragma omp parallel reduction(| : bad)
+    {
+        int t, g;
+        #pragma omp for schedule(static)
+        for (t = 0; t < n; t++) bad |= quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * m->cols, m->cols, m->type) != 0;
+        #pragma omp for schedule(static)
+        for (g = 0; g < n_groups; g++) {
+            int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
+            for (t = 0; t < n; t += PACKED_TOKENS) {
+                float *o = out + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
+                int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
+#if PACKED_KERNELS
+                if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
+#endif
+                packed_group_ref(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
+            }
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+// The model's matrices: 7 per layer (wq wk wv wo w1 w2 w3), then the classifier.
+static Matrix *model_matrix(TransformerWeights *w, int n_layers, int i) {
+    if (i == 7 * n_layers) return &w->wcls;
+    LayerWeights *lw = &w->layers[i / 7];
+    Matrix *layer[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+    return layer[i % 7];
+}
+
+// Packs every Q8_0/Q4_0 matrix (pack_matrix) into one allocation where the
+// packed kernels exist; the copy replaces the mapped original in memory.
+static int pack_weights(Transformer *t, const char *path) {
+    if (!PACKED_KERNELS) return 0;
+    int n_matrices = 7 * t->config.n_layers + 1;
+    size_t total = 0;
+    for (int i = 0; i < n_matrices; i++) {
+        const Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        if (m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) total += (packed_size(m) + 63) / 64 * 64;
+    }
+    if (total == 0) return 0;
+    if (posix_memalign((void **)&t->packed, 64, total) != 0) {
+        t->packed = NULL;
+        return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
+    }
+    size_t at = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < n_matrices; i++) {
+        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        if (m->type != TYPE_Q8_0 && m->type != TYPE_Q4_0) continue;
+        m->packed = t->packed + at;
+        pack_matrix(t->packed + at, m);
+        at += (packed_size(m) + 63) / 64 * 64;
+        // the original's pages leave memory (they stay mapped, and come back if read)
+        uintptr_t start = (uintptr_t)m->data / page * page;
+        madvise((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols), MADV_DONTNEED);
+    }
+    return 0;
+}
+
 static void matmul_typed(float *out, const float *x, const Matrix *m) {
     if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmul_q8(out, x, m) == 0) return;
     size_t row_bytes = type_row_bytes(m->type, m->cols);
@@ -1539,16 +1844,20 @@ static void matmul_typed(float *out, const float *x, const Matrix *m) {
     }
 }
 
-// out (m.rows) = m (m.rows, m.cols) @ x (m.cols)
-static void matmul(float *out, const float *x, const Matrix *m) {
+// out (m.rows) = m (m.rows, m.cols) @ x (m.cols); xq: room for m.cols / QK
+// ActBlocks (RunState's), used by packed matrices.
+static void matmul(float *out, const float *x, const Matrix *m, ActBlock *xq) {
     if (m->type == TYPE_F32) matmul_f32(out, x, m->data, m->rows, m->cols);
+    else if (m->packed && matmat_packed(out, x, 1, m, xq) == 0) return;
     else matmul_typed(out, x, m);
 }
 
 // out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once; scratch holds
-// (n rounded up to TILE_TOKENS) * m.cols floats (RunState's bxt).
-static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch) {
+// (n rounded up to TILE_TOKENS) * m.cols floats (RunState's bxt), xq
+// n * m.cols / QK ActBlocks (RunState's xq).
+static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch, ActBlock *xq) {
     if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
+    else if (m->packed && matmat_packed(out, x, n, m, xq) == 0) return;
     else if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmat_q8(out, x, n, m) == 0) return;
     else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
 }
@@ -1637,9 +1946,9 @@ float *forward(Transformer *t, int token, int pos) {
 
         // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
-        matmul(s->q, s->xb, &lw->wq);
-        matmul(k, s->xb, &lw->wk);
-        matmul(v, s->xb, &lw->wv);
+        matmul(s->q, s->xb, &lw->wq, s->xq);
+        matmul(k, s->xb, &lw->wk, s->xq);
+        matmul(v, s->xb, &lw->wv, s->xq);
         rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
         rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
@@ -1647,19 +1956,19 @@ float *forward(Transformer *t, int token, int pos) {
         #pragma omp parallel for private(h)
         for (h = 0; h < c->n_heads; h++)
             attention_head(t, l, h, pos, s->q + (size_t)h * hs, s->att + (size_t)h * c->seq_len, s->xb + (size_t)h * hs);
-        matmul(s->xb2, s->xb, &lw->wo);
+        matmul(s->xb2, s->xb, &lw->wo, s->xq);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm(s->xb, s->x, lw->rms_ffn, dim, c->norm_eps);
-        matmul(s->hb, s->xb, &lw->w1);
-        matmul(s->hb2, s->xb, &lw->w3);
+        matmul(s->hb, s->xb, &lw->w1, s->xq);
+        matmul(s->hb2, s->xb, &lw->w3, s->xq);
         swiglu(s->hb, s->hb2, c->hidden_dim);
-        matmul(s->xb2, s->hb, &lw->w2);
+        matmul(s->xb2, s->hb, &lw->w2, s->xq);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
     }
     rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    matmul(s->logits, s->x, &w->wcls);
+    matmul(s->logits, s->x, &w->wcls, s->xq);
     return s->logits;
 }
 
@@ -1711,9 +2020,9 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
 
         // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
-        matmat(s->bq, s->bxb, n, &lw->wq, s->bxt);
-        matmat(k, s->bxb, n, &lw->wk, s->bxt);
-        matmat(v, s->bxb, n, &lw->wv, s->bxt);
+        matmat(s->bq, s->bxb, n, &lw->wq, s->bxt, s->xq);
+        matmat(k, s->bxb, n, &lw->wk, s->bxt, s->xq);
+        matmat(v, s->bxb, n, &lw->wv, s->bxt, s->xq);
         int i;
         #pragma omp parallel for private(i) schedule(static)
         for (i = 0; i < n; i++) {
@@ -1728,25 +2037,25 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             for (i = 0; i < n; i++)
                 attention_head(t, l, h, pos + i, s->bq + (size_t)i * q_dim + (size_t)h * hs,
                                s->att + (size_t)h * c->seq_len, s->bxb + (size_t)i * dim + (size_t)h * hs);
-        matmat(s->bxb2, s->bxb, n, &lw->wo, s->bxt);
+        matmat(s->bxb2, s->bxb, n, &lw->wo, s->bxt, s->xq);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm_rows(s->bxb, s->bx, lw->rms_ffn, n, dim, c->norm_eps);
-        matmat(s->bhb, s->bxb, n, &lw->w1, s->bxt);
-        matmat(s->bhb2, s->bxb, n, &lw->w3, s->bxt);
+        matmat(s->bhb, s->bxb, n, &lw->w1, s->bxt, s->xq);
+        matmat(s->bhb2, s->bxb, n, &lw->w3, s->bxt, s->xq);
         swiglu_rows(s->bhb, s->bhb2, n, c->hidden_dim);
-        matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt);
+        matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt, s->xq);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
     }
 
     // the classifier only where logits are wanted
     if (logits_out) {
         rmsnorm_rows(s->bx, s->bx, w->rms_final, n, dim, c->norm_eps);
-        matmat(logits_out, s->bx, n, &w->wcls, s->bxt);
+        matmat(logits_out, s->bx, n, &w->wcls, s->bxt, s->xq);
     } else if (want_last) {
         rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
-        matmul(s->logits, s->x, &w->wcls);
+        matmul(s->logits, s->x, &w->wcls, s->xq);
     }
 }
 
