@@ -873,14 +873,6 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, floa
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
 }
 
-static void softmax(float *x, int n) {
-    float max = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
-    for (int i = 0; i < n; i++) x[i] /= sum;
-}
-
 // out[i] = dot(w[i, :], x): the plain reference kernel, which the fast ones
 // below are tested against. Sums in order, one row at a time.
 static void matmul_f32_plain(float *out, const float *x, const float *w, int rows, int cols) {
@@ -1037,6 +1029,71 @@ static float fma_chains(long iters, float seed) {
     return sum;
 }
 #endif
+
+/* The exponential for softmax and SwiGLU: expf one value at a time is a
+   serial cost of every layer (hidden_dim values per position). With
+   AVX-512, e^x = 2^k e^r where k = round(x log2 e) and |r| <= ln2/2, e^r
+   by Cephes' degree-7 polynomial for expf, and 2^k applied by scalef (which
+   also gives 0 and infinity past the float range): within 2^-23 relative
+   (test_all checks). Elsewhere, expf. */
+
+#if defined(__AVX512F__)
+static __m512 exp_16(__m512 x) {
+    // clamp to where e^x is 0 or infinite anyway; NaN stays NaN (second operand)
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x); // ln 2 in two parts, so r is exact
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, k);
+}
+#endif
+
+// x[i] = e^(x[i] - shift) for n values; returns their sum.
+static float exp_row(float *x, int n, float shift) {
+    float sum = 0.0f;
+    int i = 0;
+#if defined(__AVX512F__)
+    __m512 total = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp_16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(shift)));
+        _mm512_storeu_ps(x + i, e);
+        total = _mm512_add_ps(total, e);
+    }
+    sum = _mm512_reduce_add_ps(total);
+#endif
+    for (; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
+    return sum;
+}
+
+static void softmax(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
+    float sum = exp_row(x, n, max);
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+// hb = silu(hb) * hb2, the SwiGLU gate; silu(g) = g / (1 + e^-g).
+static void swiglu(float *hb, const float *hb2, int n) {
+    int i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(hb + i);
+        __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(silu, _mm512_loadu_ps(hb2 + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        float g = hb[i];
+        hb[i] = g / (1.0f + expf(-g)) * hb2[i];
+    }
+}
 
 // out[i] = dot(w[i, :], x) with the SIMD dot product; the threads split the
 // rows into contiguous halves (static schedule), nothing shared is written.
@@ -1691,40 +1748,62 @@ static __m512 group_scales(const uint16_t *scales) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
 }
 
-// Positions per prefill tile: 16 sums + 8 weight vectors + scales in registers.
-#define PACKED_TOKENS 16
+// Positions per prefill tile: 8 float sums, 8 integer sums and 8 weight
+// vectors stay in registers (25 of 32).
+#define PACKED_TOKENS 8
+
+// A full tile: PACKED_TOKENS positions x[t * n_blocks ..] against group g's
+// rows. For each block, chunk by chunk, every position's integer sum takes
+// one VNNI step, so consecutive steps on one sum are 8 instructions apart
+// (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
+// same operations as group_block, so the results are identical.
+static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
+    int n_blocks = (m->cols + QK - 1) / QK;
+    const uint16_t *scales = packed_scales(m);
+    __m512 acc[PACKED_TOKENS];
+    #pragma GCC unroll 8
+    for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        __m512i w[8], sum[PACKED_TOKENS];
+        load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
+        #pragma GCC unroll 8
+        for (int t = 0; t < PACKED_TOKENS; t++) sum[t] = _mm512_setzero_si512();
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < PACKED_TOKENS; t++)
+                sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
+        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
+        #pragma GCC unroll 8
+        for (int t = 0; t < PACKED_TOKENS; t++) {
+            const ActBlock *xb = x + (size_t)t * n_blocks + b;
+            __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(xb->bias));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(row_scales, _mm512_set1_ps(xb->scale)), acc[t]);
+        }
+    }
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    #pragma GCC unroll 8
+    for (int t = 0; t < PACKED_TOKENS; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
+}
 
 // out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
-// and rows r < n_rows of group g: each block's weights loaded once for all n.
+// and rows r < n_rows of group g.
 static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
     int n_blocks = (m->cols + QK - 1) / QK;
     const uint16_t *scales = packed_scales(m);
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
-    if (n == 1) { // generation: one sum, in a register
+    for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
         __m512 sum = _mm512_setzero_ps();
         for (int b = 0; b < n_blocks; b++) {
             size_t gb = (size_t)g * n_blocks + b;
             __m512i w[8];
             load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
-            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + b);
+            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + (size_t)t * n_blocks + b);
         }
-        _mm512_mask_storeu_ps(out, rows, sum);
-        return;
+        _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
     }
-    __m512 acc[PACKED_TOKENS];
-    for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
-    for (int b = 0; b < n_blocks; b++) {
-        size_t gb = (size_t)g * n_blocks + b;
-        __m512i w[8];
-        load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
-        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
-        if (n == PACKED_TOKENS) { // a constant count, so that acc stays in registers
-            for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block(acc[t], w, row_scales, x + (size_t)t * n_blocks + b);
-        } else {
-            for (int t = 0; t < n; t++) acc[t] = group_block(acc[t], w, row_scales, x + (size_t)t * n_blocks + b);
-        }
-    }
-    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
 }
 
 #else
@@ -1884,13 +1963,6 @@ static void rope(float *x, int n_heads, int head_size, const float *cos_t, const
     }
 }
 
-// hb = silu(hb) * hb2, the SwiGLU gate.
-static void swiglu(float *hb, const float *hb2, int n) {
-    for (int i = 0; i < n; i++) {
-        float g = hb[i];
-        hb[i] = g / (1.0f + expf(-g)) * hb2[i];
-    }
-}
 
 /* ----------------------------------------------------------------------------
    Forward: forward() runs one token at position pos and returns the logits

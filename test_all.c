@@ -1538,6 +1538,35 @@ static void test_quantized_kernels(void) {
     }
 }
 
+// exp_row (SIMD where built, used by softmax and SwiGLU) against exp in
+// double over the whole float range, in groups that exercise the vector
+// body and the scalar tail: relative error within 2.5 * 2^-23 where the
+// result is a normal float; 0, infinity and NaN where expf gives them.
+static void test_exp_row(void) {
+    enum { N = 21 }; // a vector of 16 and a tail of 5
+    float x[N], e[N];
+    double worst = 0.0;
+    int bad_special = 0, checked = 0;
+    char where[96] = "";
+    for (double v = -104.0; v < 89.0; v += 0.00917) {
+        for (int i = 0; i < N; i++) x[i] = e[i] = (float)v + (float)i * 3e-4f;
+        exp_row(e, N, 0.0f);
+        for (int i = 0; i < N; i++, checked++) {
+            double want = exp((double)x[i]), err;
+            if (want < 1.18e-38 || want > 3.4e38) { bad_special += !(expf(x[i]) == e[i] || fabs((double)e[i] - want) <= 1.5e-45); continue; }
+            err = fabs(e[i] - want) / want;
+            if (err > worst) { worst = err; format_text(where, sizeof where, " at x = %.7g", x[i]); }
+        }
+    }
+    float special[N] = {-INFINITY, INFINITY, NAN, -200.0f, 200.0f, 0.0f, -0.0f, 88.8f, -104.5f};
+    memcpy(e, special, sizeof e);
+    exp_row(e, N, 0.0f);
+    for (int i = 0; i < 9; i++) bad_special += isnan(special[i]) ? !isnan(e[i]) : e[i] != expf(special[i]);
+    double ulps = worst / ldexp(1.0, -23);
+    report("kernels: exp_row (softmax, SwiGLU) within 2.5 * 2^-23 of exp over the float range; 0, inf, NaN as expf",
+           ulps <= 2.5 && bad_special == 0, "%d values, worst %.2f * 2^-23%s, %d special values off", checked, ulps, where, bad_special);
+}
+
 /* The packed layout (pack_matrix) and its kernels. The plain group kernel
    is held to the float reference within activation rounding; the SIMD
    kernels to the plain one bit for bit, for one position (generation) and
@@ -1995,6 +2024,7 @@ static void kernel_tests(void) {
     test_matmat_fast_vs_plain();
     test_quantized_kernels();
     test_dot_q8_extremes();
+    test_exp_row();
     test_packed_layout();
     test_quantize_act();
     test_packed_kernels();
