@@ -1847,22 +1847,32 @@ static int quantize_act(ActBlock *out, const float *x, int cols, int type) {
     return quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
 }
 
-// out (n, m.rows) = x (n, m.cols) @ m^T with the packed kernels; xq holds
-// n * blocks ActBlocks. One parallel region: the threads quantize the
-// positions, then split the row groups, so each weight is read once.
+static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
+
+// outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
+// of one type and width that share the input x; xq holds n * cols / QK
+// ActBlocks. One parallel region: the threads quantize the positions once,
+// then take the row groups of all the matrices in chunks as they finish
+// (on a shared machine two threads do not run equally fast), so each
+// weight is read once and no thread idles while work is left.
 // -1 if x holds a value that is not finite (the float kernels take it).
-static int matmat_packed(float *out, const float *x, int n, const Matrix *m, ActBlock *xq) {
-    int n_blocks = (m->cols + QK - 1) / QK, n_groups = (m->rows + GROUP_ROWS - 1) / GROUP_ROWS, bad = 0;
+static int matmat_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
+    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = (cols + QK - 1) / QK, total = 0, bad = 0;
+    for (int i = 0; i < count; i++) total += row_groups(ms[i]);
+    int chunk = n >= PACKED_TOKENS ? 1 : 8; // groups per turn: about a microsecond of work or more
     #pragma omp parallel reduction(| : bad)
     {
-        int t, g;
+        int t, gi;
         #pragma omp for schedule(static)
-        for (t = 0; t < n; t++) bad |= quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * m->cols, m->cols, m->type) != 0;
-        #pragma omp for schedule(static)
-        for (g = 0; g < n_groups; g++) {
+        for (t = 0; t < n; t++) bad |= quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type) != 0;
+        #pragma omp for schedule(dynamic, chunk)
+        for (gi = 0; gi < total; gi++) {
+            int i = 0, g = gi;
+            while (g >= row_groups(ms[i])) g -= row_groups(ms[i++]);
+            const Matrix *m = ms[i];
             int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
             for (t = 0; t < n; t += PACKED_TOKENS) {
-                float *o = out + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
+                float *o = outs[i] + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
                 int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
 #if PACKED_KERNELS
                 if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
@@ -1927,7 +1937,7 @@ static void matmul_typed(float *out, const float *x, const Matrix *m) {
 // ActBlocks (RunState's), used by packed matrices.
 static void matmul(float *out, const float *x, const Matrix *m, ActBlock *xq) {
     if (m->type == TYPE_F32) matmul_f32(out, x, m->data, m->rows, m->cols);
-    else if (m->packed && matmat_packed(out, x, 1, m, xq) == 0) return;
+    else if (m->packed && matmat_packed(&out, &m, 1, x, 1, xq) == 0) return;
     else matmul_typed(out, x, m);
 }
 
@@ -1936,9 +1946,22 @@ static void matmul(float *out, const float *x, const Matrix *m, ActBlock *xq) {
 // n * m.cols / QK ActBlocks (RunState's xq).
 static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch, ActBlock *xq) {
     if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
-    else if (m->packed && matmat_packed(out, x, n, m, xq) == 0) return;
+    else if (m->packed && matmat_packed(&out, &m, 1, x, n, xq) == 0) return;
     else if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmat_q8(out, x, n, m) == 0) return;
     else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
+}
+
+// outs[i] = x (n positions) @ ms[i]^T for count (<= 3) matrices that share
+// the input x (wq wk wv; w1 w3): packed matrices of one type go through one
+// parallel region with x quantized once; otherwise one product each.
+static void project(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, RunState *s) {
+    int together = 1;
+    for (int i = 0; i < count; i++) together &= ms[i]->packed != NULL && ms[i]->type == ms[0]->type;
+    if (together && matmat_packed(outs, ms, count, x, n, s->xq) == 0) return;
+    for (int i = 0; i < count; i++) {
+        if (n == 1) matmul(outs[i], x, ms[i], s->xq);
+        else matmat(outs[i], x, n, ms[i], s->bxt, s->xq);
+    }
 }
 
 // The rotation angles for position pos, computed in double so that long
@@ -2018,9 +2041,7 @@ float *forward(Transformer *t, int token, int pos) {
 
         // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
-        matmul(s->q, s->xb, &lw->wq, s->xq);
-        matmul(k, s->xb, &lw->wk, s->xq);
-        matmul(v, s->xb, &lw->wv, s->xq);
+        project((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, s);
         rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
         rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
@@ -2033,8 +2054,7 @@ float *forward(Transformer *t, int token, int pos) {
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm(s->xb, s->x, lw->rms_ffn, dim, c->norm_eps);
-        matmul(s->hb, s->xb, &lw->w1, s->xq);
-        matmul(s->hb2, s->xb, &lw->w3, s->xq);
+        project((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, 1, s);
         swiglu(s->hb, s->hb2, c->hidden_dim);
         matmul(s->xb2, s->hb, &lw->w2, s->xq);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
@@ -2092,9 +2112,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
 
         // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
-        matmat(s->bq, s->bxb, n, &lw->wq, s->bxt, s->xq);
-        matmat(k, s->bxb, n, &lw->wk, s->bxt, s->xq);
-        matmat(v, s->bxb, n, &lw->wv, s->bxt, s->xq);
+        project((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, s);
         int i;
         #pragma omp parallel for private(i) schedule(static)
         for (i = 0; i < n; i++) {
@@ -2114,8 +2132,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm_rows(s->bxb, s->bx, lw->rms_ffn, n, dim, c->norm_eps);
-        matmat(s->bhb, s->bxb, n, &lw->w1, s->bxt, s->xq);
-        matmat(s->bhb2, s->bxb, n, &lw->w3, s->bxt, s->xq);
+        project((float *[]){s->bhb, s->bhb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->bxb, n, s);
         swiglu_rows(s->bhb, s->bhb2, n, c->hidden_dim);
         matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt, s->xq);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);

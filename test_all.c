@@ -2034,6 +2034,10 @@ static void kernel_tests(void) {
     test_batched_prefill(path, "stories260K");
     if (make_model(extra_shapes[0][0], extra_shapes[0] + 1, path) == 0) test_batched_prefill(path, extra_shapes[0][0]);
     else report("forward_batch == forward, GQA unshared model", 0, "mkmodel failed");
+    shared_path(path, "models/gguf/g128.q8_0.gguf"); // packed Q8_0: prefill tiles against generation's kernel
+    test_batched_prefill(path, "g128 Q8_0 GGUF");
+    shared_path(path, "models/gguf/g128.q4_0.gguf");
+    test_batched_prefill(path, "g128 Q4_0 GGUF");
     test_kv_f16();
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
