@@ -66,9 +66,11 @@ bench: run $(BENCH_FILES)
 	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
-# TinyLlama-1.1B's shape: a 4.4 GB file.
-bench-large: run build/models/tl1b.bin
-	@for n in $(BENCH_THREADS); do OMP_NUM_THREADS=$$n ./run build/models/tl1b.bin -m bench || exit 1; done
+# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2 and 0.6 GB quantized).
+BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin
+bench-large: run $(BENCH_LARGE_FILES)
+	@for f in $(BENCH_LARGE_FILES); do for n in $(BENCH_THREADS); do \
+		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
 clean:
 	rm -rf run test_all build tokenizer.bin

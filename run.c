@@ -3075,8 +3075,9 @@ int bench_mode(Transformer *t, const char *path) {
     if (!array) return fail("out of memory for the bandwidth test");
     BenchRound fast = bench_rounds(t, prompt, n_prompt, n_generate, array);
     free(array);
-    BenchRound plain = {0, 0, 0, 0}; // the plain kernels' "before", for F32 weights
-    if (c->weight_type == TYPE_F32) {
+    // the plain kernels' "before", for F32 weights up to 1 GB (beyond, it would take many minutes)
+    BenchRound plain = {0, 0, 0, 0};
+    if (c->weight_type == TYPE_F32 && weights <= 1e9) {
         use_plain_kernels = 1;
         plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
         use_plain_kernels = 0;
