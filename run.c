@@ -1654,9 +1654,11 @@ static void pack_matrix(unsigned char *dst, const Matrix *m) {
                 int row = g * GROUP_ROWS + r;
                 const unsigned char *block = (const unsigned char *)m->data + (size_t)row * row_bytes + b * block_bytes;
                 scales[gb * GROUP_ROWS + r] = row < m->rows ? read_u16(block) : 0;
-                for (int k = 0; k < (q8 ? QK : QK / 2); k++) {
-                    unsigned char zero = q8 ? 128 : 0x88, v = row < m->rows ? block[2 + k] : zero;
-                    quants[(k / 4) * 64 + r * 4 + k % 4] = q8 ? (unsigned char)(v ^ 0x80) : v; // int8 + 128
+                for (int j = 0; j < (q8 ? 8 : 4); j++) { // four bytes at a time
+                    uint32_t v = q8 ? 0 : 0x88888888u; // a zero value, as stored
+                    if (row < m->rows) memcpy(&v, block + 2 + 4 * j, 4);
+                    if (q8) v ^= 0x80808080u; // int8 + 128
+                    memcpy(quants + j * 64 + r * 4, &v, 4);
                 }
             }
         }
