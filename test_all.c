@@ -1967,12 +1967,15 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
 // logits case's model quantized by quantize_mode and fed the case's ids;
 // at every position its logits against the fp32 model's (which the logits
 // tests hold to the references within 1e-4): the worst row error and how
-// often the argmax agrees. Limits: Q8_0 at top-1 >= 99% and 5e-2 (measured
-// 550/555 = 99.1% and 3.1e-2); Q4_0 (4 bits on random-weight models) at
-// >= 85% and 0.8 (measured 91.4% and 0.46).
+// often the argmax agrees. These random-weight models have many near-ties
+// at the top, so which few positions flip depends on float rounding: Q8_0
+// measured 550/555 (99.1%) with the AVX-512 VNNI kernels, 549-552 with the
+// other builds' kernels, 551 with float activations (weight rounding alone),
+// worst error 2.3e-2 to 3.1e-2. Limits: Q8_0 top-1 >= 98.5% and error 5e-2;
+// Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46).
 static void test_quantized_quality(int type, double min_top1, double max_error) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], name[160], problem[512] = "";
-    format_text(name, sizeof name, "%s quality against fp32 on the logits cases' ids: top-1 agreement >= %.0f%%, worst error <= %.0e",
+    format_text(name, sizeof name, "%s quality against fp32 on the logits cases' ids: top-1 agreement >= %.1f%%, worst error <= %.0e",
                 type_name((uint32_t)type), 100 * min_top1, max_error);
     shared_path(dir, "reference/logits");
     NameList cases;
@@ -2042,7 +2045,7 @@ static void kernel_tests(void) {
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
-    test_quantized_quality(TYPE_Q8_0, 0.99, 5e-2);
+    test_quantized_quality(TYPE_Q8_0, 0.985, 5e-2);
     test_quantized_quality(TYPE_Q4_0, 0.85, 0.8);
 }
 
