@@ -1861,13 +1861,12 @@ static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GRO
 static int matmat_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
     int cols = ms[0]->cols, type = ms[0]->type, n_blocks = (cols + QK - 1) / QK, total = 0, bad = 0;
     for (int i = 0; i < count; i++) total += row_groups(ms[i]);
-    int chunk = n >= PACKED_TOKENS ? 1 : 8; // groups per turn: about a microsecond of work or more
     #pragma omp parallel reduction(| : bad)
     {
         int t, gi;
         #pragma omp for schedule(static)
         for (t = 0; t < n; t++) bad |= quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type) != 0;
-        #pragma omp for schedule(dynamic, chunk)
+        #pragma omp for schedule(dynamic, n >= PACKED_TOKENS ? 1 : 8) // about a microsecond of work a turn
         for (gi = 0; gi < total; gi++) {
             int i = 0, g = gi;
             while (g >= row_groups(ms[i])) g -= row_groups(ms[i++]);

@@ -16,6 +16,9 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L // as run.c defines it
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE // as run.c defines it (madvise)
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
