@@ -838,11 +838,11 @@ static int load_weights(Transformer *t, const char *path) {
     return 0;
 }
 
+static int pack_weights(Transformer *t, const char *path); // with the kernels below
+
 // Loads a checkpoint and allocates the run state for a context of
 // max_context positions (0, or more than the model's: the model's own).
 // kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
-static int pack_weights(Transformer *t, const char *path); // with the kernels below
-
 int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
     memset(t, 0, sizeof *t);
     if (load_weights(t, path) != 0 || pack_weights(t, path) != 0) { transformer_close(t); return -1; }
@@ -1672,9 +1672,9 @@ static int packed_value(const unsigned char *quants, int r, int k, int type) {
 }
 
 // x (cols) as ActBlocks against a matrix of type (the offset of its stored
-// values). Q8_0 rounding, with the exact float scale amax / 127 and
-// round-to-nearest-even (the SIMD conversion's mode) instead of fp16.
-// -1 if a value is not finite.
+// values), as llama.cpp quantizes activations: d = amax / 127, q = x / d
+// rounded (to nearest even, the SIMD conversion's mode), and the scale kept
+// in fp16 precision. -1 if a value is not finite.
 static int quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
     int offset = type == TYPE_Q8_0 ? 128 : 8;
     for (int b = 0; b * QK < cols; b++) {
