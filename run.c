@@ -1626,21 +1626,22 @@ static int matmat_q8(float *out, const float *x, int n, const Matrix *m) {
 
 #define GROUP_ROWS 16
 
+static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
+static int col_blocks(const Matrix *m) { return (m->cols + QK - 1) / QK; }
+
 static size_t packed_quant_bytes(int type) { return type == TYPE_Q8_0 ? 512 : 256; } // per (g, b)
 
 static size_t packed_size(const Matrix *m) {
-    size_t groups = ((size_t)m->rows + GROUP_ROWS - 1) / GROUP_ROWS, blocks = ((size_t)m->cols + QK - 1) / QK;
-    return groups * blocks * (packed_quant_bytes(m->type) + GROUP_ROWS * sizeof(uint16_t));
+    return (size_t)row_groups(m) * col_blocks(m) * (packed_quant_bytes(m->type) + GROUP_ROWS * sizeof(uint16_t));
 }
 
 static const uint16_t *packed_scales(const Matrix *m) {
-    size_t groups = ((size_t)m->rows + GROUP_ROWS - 1) / GROUP_ROWS, blocks = ((size_t)m->cols + QK - 1) / QK;
-    return (const uint16_t *)(m->packed + groups * blocks * packed_quant_bytes(m->type));
+    return (const uint16_t *)(m->packed + (size_t)row_groups(m) * col_blocks(m) * packed_quant_bytes(m->type));
 }
 
 // dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
 static void pack_matrix(unsigned char *dst, const Matrix *m) {
-    int n_groups = (m->rows + GROUP_ROWS - 1) / GROUP_ROWS, n_blocks = (m->cols + QK - 1) / QK, q8 = m->type == TYPE_Q8_0;
+    int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
     size_t row_bytes = type_row_bytes(m->type, m->cols), block_bytes = q8 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
     size_t quant_bytes = packed_quant_bytes(m->type);
     uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
@@ -1704,7 +1705,7 @@ static int quantize_act_plain(ActBlock *out, const float *x, int cols, int type)
 // (row scale * x scale), added with one rounding (fmaf) in block order: the
 // SIMD kernels do the same operations per lane, so they agree bit for bit.
 static void packed_group_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
-    int n_blocks = (m->cols + QK - 1) / QK;
+    int n_blocks = col_blocks(m);
     const uint16_t *scales = packed_scales(m);
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
@@ -1760,7 +1761,7 @@ static __m512 group_scales(const uint16_t *scales) {
 // (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
 // same operations as group_block, so the results are identical.
 static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
-    int n_blocks = (m->cols + QK - 1) / QK;
+    int n_blocks = col_blocks(m);
     const uint16_t *scales = packed_scales(m);
     __m512 acc[PACKED_TOKENS];
     #pragma GCC unroll 8
@@ -1793,7 +1794,7 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
 // and rows r < n_rows of group g.
 static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
     if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
-    int n_blocks = (m->cols + QK - 1) / QK;
+    int n_blocks = col_blocks(m);
     const uint16_t *scales = packed_scales(m);
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
@@ -1816,7 +1817,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 // packed_group with the plain reference (use_plain_kernels, and builds
 // without the SIMD kernels, where only the tests pack matrices).
 static void packed_group_ref(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
-    int n_blocks = (m->cols + QK - 1) / QK;
+    int n_blocks = col_blocks(m);
     for (int t = 0; t < n; t++) {
         float sums[GROUP_ROWS];
         packed_group_plain(sums, m, g, x + (size_t)t * n_blocks);
@@ -1849,8 +1850,6 @@ static int quantize_act(ActBlock *out, const float *x, int cols, int type) {
     return quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
 }
 
-static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
-
 // outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
 // of one type and width that share the input x; xq holds n * cols / QK
 // ActBlocks. One parallel region: the threads quantize the positions once,
@@ -1859,7 +1858,7 @@ static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GRO
 // weight is read once and no thread idles while work is left.
 // -1 if x holds a value that is not finite (the float kernels take it).
 static int matmat_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
-    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = (cols + QK - 1) / QK, total = 0, bad = 0;
+    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), total = 0, bad = 0;
     for (int i = 0; i < count; i++) total += row_groups(ms[i]);
     #pragma omp parallel reduction(| : bad)
     {
