@@ -32,9 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             !(p->repeat_penalty >= 0.01f && p->repeat_penalty <= 100) || p->repeat_last_n < 0 || o.steps < 0 ||
             o.context < 0 || !o.checkpoint || o.checkpoint[0] == '-' || !o.mode)
             abort();
-        if (strcmp(o.mode, "generate") && strcmp(o.mode, "chat") && strcmp(o.mode, "tokenize") && strcmp(o.mode, "logits"))
+        if (strcmp(o.mode, "generate") && strcmp(o.mode, "chat") && strcmp(o.mode, "tokenize") && strcmp(o.mode, "logits") &&
+            strcmp(o.mode, "bench") && strcmp(o.mode, "quantize"))
             abort();
         if (!strcmp(o.mode, "logits") && (!o.prompt_file || !o.output)) abort();
+        if (!strcmp(o.mode, "quantize") && (!o.output || !(o.dtype == TYPE_F32 || o.dtype == TYPE_F16 ||
+                                                             o.dtype == TYPE_Q8_0 || o.dtype == TYPE_Q4_0)))
+            abort();
         if (o.prompt && o.prompt_file) abort();
     }
     free(copy);
