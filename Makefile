@@ -159,6 +159,27 @@ valgrind: build/valgrind/run
 	$(VALGRIND) build/valgrind/run $(SHARED)/models/gguf/g128.q4_0.gguf -n 20 -i hi -s 1 >/dev/null
 	@echo "valgrind: generate, chat and GGUF runs are clean"
 
+# ---- x86-64-v3: the AVX2 paths, tested on machines that have AVX-512 ----
+# make test-v3 builds run and test_all for -march=x86-64-v3 (AVX2, FMA, F16C;
+# no AVX-512) into build/v3/ and runs the whole suite there, so every AVX2
+# kernel is checked against its plain twin even where `make` picks AVX-512.
+V3_CFLAGS = -O3 -march=x86-64-v3 -std=c11 -Wall -Wextra -Wshadow
+ifeq ($(OPENMP),1)
+V3_CFLAGS += -fopenmp
+endif
+
+.PHONY: test-v3
+build/v3/run: run.c
+	@mkdir -p build/v3
+	$(CC) $(V3_CFLAGS) -o $@ run.c $(LDLIBS)
+
+build/v3/test_all: test_all.c run.c
+	@mkdir -p build/v3
+	$(CC) $(V3_CFLAGS) -o $@ test_all.c $(LDLIBS)
+
+test-v3: build/v3/run build/v3/test_all
+	cd build/v3 && OMP_WAIT_POLICY=passive ./test_all $(abspath $(SHARED))
+
 # ---- ARM64: cross build, tested under emulation (README: ARM boards) ----
 # make CROSS=aarch64  (or make arm64) builds static run and test_all with
 #                     Debian's gcc-aarch64-linux-gnu for two targets:

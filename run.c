@@ -1,13 +1,22 @@
 /* run.c: inference for Llama-family transformers in one C file.
 
    It memory-maps a checkpoint (llama2.c "version 0", this project's own
-   versioned format, or GGUF), encodes text with a SentencePiece-exact BPE tokenizer,
-   runs the transformer forward pass over a key/value cache (prompts in
-   blocks of positions, generation one position at a time), and samples the
-   next token.
+   versioned format, or GGUF), encodes text with a SentencePiece-exact BPE
+   tokenizer, runs the transformer forward pass over a key/value cache
+   (prompts in blocks of positions, generation one position at a time), and
+   samples the next token.
 
-   Reading order: structs and loading; math kernels; forward; tokenizer;
-   sampler; output; modes; command line and main.
+   Reading order. Part 1, the engine, is a complete plain-C inference engine
+   to be read in one sitting:
+     structs; the math (rmsnorm, softmax, RoPE, the plain matrix product);
+     forward and forward_batch; the tokenizer; the sampler; text output;
+     the loops (generate, tokenize, logits, chat).
+   Part 2, the engine room, makes it fast and lets it read real files:
+     capabilities (which SIMD this build has); number formats; weight types
+     (one table, their blocks and kernels); float SIMD kernels; packed
+     integer kernels; the matrix-product dispatch; file formats (llama2.c
+     v0, RUNC, GGUF, tokenizer files) and loading; quantize; bench; the
+     command line and main.
 
    Build: make            (optimized for this machine, OpenMP if available)
           make portable   (runs on any x86-64 / ARM64 machine) */
@@ -53,15 +62,19 @@ static int fail(const char *format, ...) {
     return -1;
 }
 
-/* ----------------------------------------------------------------------------
-   Structs and loading */
+/* ============================================================================
+   PART 1: THE ENGINE
+   ============================================================================ */
 
-// GGML type ids, so that our format and GGUF name weight types alike.
-// Q8_0: blocks of 32 int8 with one fp16 scale; Q4_0: 32 4-bit values with one.
-enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q8_0 = 8, TYPE_BF16 = 30 };
-#define QK 32 // values per quantized block
-#define Q8_0_BLOCK_BYTES 34 // fp16 scale + 32 int8
-#define Q4_0_BLOCK_BYTES 18 // fp16 scale + 16 bytes of 4-bit pairs
+/* ----------------------------------------------------------------------------
+   Structs. The model's shape (Config), its weights (TransformerWeights: views
+   into the mapped file), and the activations and KV cache of a run
+   (RunState). */
+
+// GGML's type ids, so that our format and GGUF name weight types alike. The
+// weight types section (engine room) has one table row for each type run.c
+// computes with.
+enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q8_0 = 8, TYPE_BF16 = 30, TYPE_COUNT = 31 };
 
 typedef struct {
     int dim;               // transformer width
@@ -79,13 +92,19 @@ typedef struct {
     int weight_type;       // TYPE_F32, ... for the matrices (norms are always F32)
 } Config;
 
-// A weight matrix in the mapped file, row-major [rows][cols].
+// How a matrix's products are computed, chosen once at load (see the
+// dispatch in the engine room).
+enum { KERNEL_ROWS = 0, KERNEL_F32, KERNEL_PACKED };
+
+// A weight matrix in the mapped file, row-major (rows, cols): each row is
+// type_row_bytes(type, cols) bytes of its weight type's blocks.
 typedef struct {
     const void *data;
-    int type;
+    int type;                    // TYPE_*
     int rows, cols;
-    const unsigned char *packed; // Q8_0/Q4_0: the same weights interleaved for the
-                                 // integer kernels (see pack_matrix), or NULL
+    int kernel;                  // KERNEL_*: KERNEL_ROWS works for any type
+    const unsigned char *packed; // KERNEL_PACKED: the same weights interleaved for the
+                                 // integer kernels (see pack_matrix), else NULL
 } Matrix;
 
 typedef struct {
@@ -108,14 +127,20 @@ typedef struct {
     Matrix wcls;            // (vocab_size, dim), the embedding when shared
 } TransformerWeights;
 
-// One block of 32 activations quantized for the packed integer kernels. The
-// packed weights are stored unsigned (Q8_0 plus 128, Q4_0 as its nibbles,
-// value plus 8), so every integer block sum carries offset * sum(q) too.
+// Positions per prefill block: forward_batch evaluates longer runs block by
+// block. A multiple of every TILE_TOKENS, so BATCH * cols floats are enough
+// room for the F32 prefill tiles.
+#define BATCH 64
+
+// What the matrix products (engine room) need besides their operands, for
+// up to BATCH positions of up to max_cols = max(dim, hidden_dim) inputs.
+typedef struct ActBlock ActBlock; // an activation block of the packed kernels
 typedef struct {
-    float scale;  // x ~ scale * q
-    int32_t bias; // offset * sum(q), subtracted from each integer block sum
-    int8_t q[QK];
-} ActBlock;
+    float *tiles;         // (BATCH, max_cols) F32 prefill: inputs transposed into tiles
+    ActBlock *act_blocks; // (BATCH, max_cols / 32) inputs quantized for the packed kernels
+    unsigned char *act;   // (BATCH, act_bytes_max(max_cols)) inputs in a weight type's
+                          // activation format (act_type in the weight types' table)
+} MatmulScratch;
 
 // Activations for one position, and the KV cache for all positions so far.
 typedef struct {
@@ -146,10 +171,10 @@ typedef struct {
     float *brope_sin;   // (BATCH, head_size/2)
     float *bk;          // (BATCH, kv_dim) with the fp16 cache: keys before they are stored
     float *bv;          // (BATCH, kv_dim) and values
-    float *bxt;         // matmat's scratch: a block's inputs, packed
-    ActBlock *xq;       // (BATCH, max_cols / QK) inputs quantized for the integer kernels
+    MatmulScratch mm;   // the matrix products' own scratch
 } RunState;
 
+// A loaded model: it owns the map, the packed weights and the run state.
 typedef struct {
     Config config;
     TransformerWeights weights;
@@ -162,580 +187,26 @@ typedef struct {
     int is_gguf;
 } Transformer;
 
-// Positions per prefill block: forward_batch evaluates longer runs block by
-// block. A multiple of every TILE_TOKENS, so BATCH * cols floats are enough
-// scratch for matmat.
-#define BATCH 64
-
-// Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
-#define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
-#define RUNC_VERSION 1
-#define RUNC_HEADER_SIZE 256
-#define RUNC_ALIGN 64
-#define V0_HEADER_SIZE 28
-
-// Limits that keep every size computation far from overflowing 64 bits
-// while admitting any real model (Llama 3 405B has dim 16384).
-#define MAX_DIM (1 << 16)
-#define MAX_HIDDEN (1 << 20)
-#define MAX_LAYERS (1 << 12)
-#define MAX_VOCAB (1 << 24)
-#define MAX_SEQ_LEN (1 << 24)
-
-// Bytes one row of cols values takes; quantized rows end in a whole block.
-static size_t type_row_bytes(int type, int cols) {
-    size_t blocks = ((size_t)cols + QK - 1) / QK;
-    switch (type) {
-    case TYPE_F16: case TYPE_BF16: return (size_t)cols * 2;
-    case TYPE_Q8_0: return blocks * Q8_0_BLOCK_BYTES;
-    case TYPE_Q4_0: return blocks * Q4_0_BLOCK_BYTES;
-    default: return (size_t)cols * sizeof(float);
-    }
-}
-
-static int type_known(int type) {
-    return type == TYPE_F32 || type == TYPE_F16 || type == TYPE_BF16 || type == TYPE_Q8_0 || type == TYPE_Q4_0;
-}
-
-// GGML's names, for messages about the types we do not read.
-static const char *type_name(uint32_t type) {
-    static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
-                                  "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
-                                  "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",
-                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
-    return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
-}
-
 static int kv_dim(const Config *c) { return c->n_kv_heads * c->head_size; }
 
-static int check_config(const Config *c, const char *path) {
-    if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 ||
-        c->n_kv_heads <= 0 || c->vocab_size <= 0 || c->seq_len <= 0)
-        return fail("%s: header has a zero or negative size (dim %d, hidden_dim %d, n_layers %d, "
-                    "n_heads %d, n_kv_heads %d, vocab_size %d, seq_len %d)", path, c->dim,
-                    c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
-    if (c->dim > MAX_DIM || c->hidden_dim > MAX_HIDDEN || c->n_layers > MAX_LAYERS ||
-        c->vocab_size > MAX_VOCAB || c->seq_len > MAX_SEQ_LEN)
-        return fail("%s: header sizes out of range (dim %d, hidden_dim %d, n_layers %d, vocab_size %d, "
-                    "seq_len %d)", path, c->dim, c->hidden_dim, c->n_layers, c->vocab_size, c->seq_len);
-    if (c->dim % c->n_heads != 0)
-        return fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
-    if (c->n_heads % c->n_kv_heads != 0)
-        return fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
-    if (c->head_size != c->dim / c->n_heads)
-        return fail("%s: head_size %d is not dim / n_heads = %d", path, c->head_size, c->dim / c->n_heads);
-    if (c->head_size % 2 != 0)
-        return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
-    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
-        return fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
-    if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
-        return fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
-    if (c->bos_id < 0 || c->bos_id >= c->vocab_size || c->eos_id < 0 || c->eos_id >= c->vocab_size)
-        return fail("%s: BOS id %d or EOS id %d is outside the vocabulary of %d", path, c->bos_id,
-                    c->eos_id, c->vocab_size);
-    return 0;
-}
+/* What the engine room (part 2) provides for the engine. Each fast kernel
+   there has a plain twin (the same name with _plain) that the suite checks
+   it against. */
+static void matmul(float *out, const float *x, int n, const Matrix *m, MatmulScratch *mm);
+static void matmul_shared(float *const *outs, const Matrix *const *ms, int count, const float *x, int n,
+                          MatmulScratch *mm);
+static void dequantize_row(float *out, const Matrix *m, int row);
+static float dot_f32(const float *a, const float *b, int n);
+static float dot_f32_f16(const float *a, const uint16_t *b, int n);
+static void axpy_f16(float *out, float a, const uint16_t *v, int n);
+static void f32_to_f16_row(uint16_t *out, const float *x, size_t n);
+static float exp_row(float *x, int n, float shift);
+static void swiglu(float *hb, const float *hb2, int n);
+static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols);
+static void free_matmul_scratch(MatmulScratch *mm);
 
-// Walks the tensors of a checkpoint in file order. With base == NULL it only
-// adds up sizes, so the exact file size can be checked before any weight is
-// touched; with base set it returns where each tensor starts.
-typedef struct {
-    const char *base;
-    uint64_t offset;
-    uint64_t align; // 1 for version 0, RUNC_ALIGN for our format
-} TensorWalk;
-
-static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
-    w->offset = (w->offset + w->align - 1) / w->align * w->align;
-    const char *p = w->base ? w->base + w->offset : NULL;
-    w->offset += bytes;
-    return p;
-}
-
-static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int cols, int type) {
-    return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
-}
-
-// Where each tensor starts; the per-layer ones hold all layers back to back.
-typedef struct {
-    const char *token_embedding, *rms_att, *rms_ffn, *wq, *wk, *wv, *wo, *w1, *w2, *w3, *rms_final, *wcls;
-} TensorStarts;
-
-// llama2.c version 0: embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3,
-// rms_final, two legacy RoPE tables, [wcls]. Returns the file size it implies.
-static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
-    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
-    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
-    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
-    walk_tensor(w, (uint64_t)c->seq_len * c->head_size * sizeof(float)); // legacy RoPE tables
-    t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    return w->offset;
-}
-
-// Our format: the norms first (always F32), then the matrices in weight_type.
-static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
-    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
-    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
-    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
-    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    return w->offset;
-}
-
-// Layer l's matrix inside a stacked tensor.
-static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
-    Matrix m = {stack + (size_t)l * rows * type_row_bytes(type, cols), type, rows, cols, NULL};
-    return m;
-}
-
-static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    w->token_embedding = (Matrix){t->token_embedding, wt, c->vocab_size, c->dim, NULL};
-    w->wcls = (Matrix){t->wcls, wt, c->vocab_size, c->dim, NULL};
-    w->rms_final = (const float *)t->rms_final;
-    for (int l = 0; l < c->n_layers; l++) {
-        LayerWeights *lw = &w->layers[l];
-        lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
-        lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
-        lw->wq = layer_matrix(t->wq, l, q_dim, c->dim, wt);
-        lw->wk = layer_matrix(t->wk, l, kv_dim(c), c->dim, wt);
-        lw->wv = layer_matrix(t->wv, l, kv_dim(c), c->dim, wt);
-        lw->wo = layer_matrix(t->wo, l, c->dim, q_dim, wt);
-        lw->w1 = layer_matrix(t->w1, l, c->hidden_dim, c->dim, wt);
-        lw->w2 = layer_matrix(t->w2, l, c->dim, c->hidden_dim, wt);
-        lw->w3 = layer_matrix(t->w3, l, c->hidden_dim, c->dim, wt);
-    }
-}
-
-static int32_t read_i32(const unsigned char *p) {
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    return (int32_t)v;
-}
-
-static float read_f32(const unsigned char *p) {
-    int32_t i = read_i32(p);
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-}
-
-static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
-    if (size < V0_HEADER_SIZE)
-        return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
-    if (isalpha(h[0]) && isalpha(h[1]) && isalpha(h[2]) && isalpha(h[3])) // a v0 header starts with dim
-        return fail("%s: unknown file format '%.4s' (run.c reads GGUF, RUNC and llama2.c version 0)", path, h);
-    c->dim = read_i32(h);
-    c->hidden_dim = read_i32(h + 4);
-    c->n_layers = read_i32(h + 8);
-    c->n_heads = read_i32(h + 12);
-    c->n_kv_heads = read_i32(h + 16);
-    int vocab = read_i32(h + 20);
-    c->seq_len = read_i32(h + 24);
-    c->shared_classifier = vocab > 0; // negative: a separate classifier is stored at the end
-    c->vocab_size = vocab == INT_MIN ? 0 : abs(vocab);
-    c->head_size = c->n_heads > 0 ? c->dim / c->n_heads : 0;
-    c->rope_theta = 10000.0f;
-    c->norm_eps = 1e-5f;
-    c->bos_id = 1;
-    c->eos_id = 2;
-    c->weight_type = TYPE_F32;
-    return 0;
-}
-
-static int parse_header_runc(Config *c, const unsigned char *h, size_t size, const char *path) {
-    if (size < RUNC_HEADER_SIZE)
-        return fail("%s: %zu bytes is too small for a run.c header (%d bytes)", path, size, RUNC_HEADER_SIZE);
-    int version = read_i32(h + 4);
-    if (version != RUNC_VERSION)
-        return fail("%s: run.c format version %d is not supported (this build reads version %d)", path,
-                    version, RUNC_VERSION);
-    c->dim = read_i32(h + 8);
-    c->hidden_dim = read_i32(h + 12);
-    c->n_layers = read_i32(h + 16);
-    c->n_heads = read_i32(h + 20);
-    c->n_kv_heads = read_i32(h + 24);
-    c->vocab_size = read_i32(h + 28);
-    c->seq_len = read_i32(h + 32);
-    c->head_size = read_i32(h + 36);
-    c->rope_theta = read_f32(h + 40);
-    c->norm_eps = read_f32(h + 44);
-    c->shared_classifier = read_i32(h + 48);
-    c->bos_id = read_i32(h + 52);
-    c->eos_id = read_i32(h + 56);
-    c->weight_type = read_i32(h + 60);
-    if (c->shared_classifier != 0 && c->shared_classifier != 1)
-        return fail("%s: shared_classifier is %d, not 0 or 1", path, c->shared_classifier);
-    if (!type_known(c->weight_type))
-        return fail("%s: weight type %d (%s) is not supported (F32, F16, BF16, Q8_0, Q4_0)", path, c->weight_type,
-                    type_name((uint32_t)c->weight_type));
-    return 0;
-}
-
-static int map_file(const char *path, void **map, size_t *size) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) { close(fd); return fail("%s: cannot stat: %s", path, strerror(errno)); }
-    if (S_ISDIR(st.st_mode)) { close(fd); return fail("%s: is a directory, not a file", path); }
-    if (!S_ISREG(st.st_mode)) { close(fd); return fail("%s: is not a regular file", path); }
-    if (st.st_size == 0) { close(fd); return fail("%s: file is empty", path); }
-    if ((uint64_t)st.st_size > SIZE_MAX) { close(fd); return fail("%s: file too large to map", path); }
-    *size = (size_t)st.st_size;
-    *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); // the mapping keeps the file open
-    if (*map == MAP_FAILED) return fail("%s: cannot map: %s", path, strerror(errno));
-    return 0;
-}
-
-/* GGUF, llama.cpp's format (versions 2 and 3): a header, metadata key/value
-   pairs, tensor infos, then tensor data at an aligned offset. Parsing only
-   indexes the mapped file; every read is bounds-checked, since the file may
-   come from anywhere. */
-
-#define GGUF_MAGIC 0x46554747u // the bytes "GGUF"
-enum { GGUF_U8, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING,
-       GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_N_TYPES };
-
-typedef struct {
-    const char *key;
-    size_t key_len;
-    uint32_t type;
-    const unsigned char *value; // where the value starts in the file
-    uint32_t elem_type;         // arrays: element type and count
-    uint64_t count;
-    const unsigned char *elems; // arrays: the first element
-} GgufValue;
-
-typedef struct {
-    const char *name;
-    size_t name_len;
-    int n_dims;
-    uint64_t dims[4]; // dims[0] is the row length (GGML's ne[0])
-    uint32_t type;
-    uint64_t offset;  // from the start of the data section
-    uint64_t size;
-} GgufTensor;
-
-typedef struct {
-    GgufValue *values;   // (n_values)
-    uint64_t n_values;
-    GgufTensor *tensors; // (n_tensors)
-    uint64_t n_tensors;
-    const unsigned char *data;
-    uint64_t data_size;
-} Gguf;
-
-typedef struct { const unsigned char *p, *end; } Cursor;
-
-// Takes n bytes; NULL (and the cursor spent) if fewer remain.
-static const unsigned char *take(Cursor *c, uint64_t n) {
-    if (n > (uint64_t)(c->end - c->p)) { c->p = c->end; return NULL; }
-    const unsigned char *at = c->p;
-    c->p += n;
-    return at;
-}
-
-static uint64_t read_u64(const unsigned char *p) {
-    return (uint64_t)(uint32_t)read_i32(p) | (uint64_t)(uint32_t)read_i32(p + 4) << 32;
-}
-
-static int take_u32(Cursor *c, uint32_t *v) {
-    const unsigned char *p = take(c, 4);
-    if (p) *v = (uint32_t)read_i32(p);
-    return p ? 0 : -1;
-}
-
-static int take_u64(Cursor *c, uint64_t *v) {
-    const unsigned char *p = take(c, 8);
-    if (p) *v = read_u64(p);
-    return p ? 0 : -1;
-}
-
-static int take_string(Cursor *c, const char **s, size_t *len) {
-    uint64_t n;
-    if (take_u64(c, &n) != 0) return -1;
-    const unsigned char *p = take(c, n);
-    if (!p) return -1;
-    *s = (const char *)p;
-    *len = (size_t)n;
-    return 0;
-}
-
-static uint64_t gguf_scalar_size(uint32_t type) {
-    static const uint64_t sizes[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return type < GGUF_N_TYPES ? sizes[type] : 0;
-}
-
-// Steps over one value of the given type (arrays may nest a few levels).
-static int skip_value(Cursor *c, uint32_t type, int depth) {
-    if (type >= GGUF_N_TYPES || depth > 3) return -1;
-    if (type == GGUF_STRING) { const char *s; size_t n; return take_string(c, &s, &n); }
-    if (type != GGUF_ARRAY) return take(c, gguf_scalar_size(type)) ? 0 : -1;
-    uint32_t elem_type;
-    uint64_t count;
-    if (take_u32(c, &elem_type) != 0 || take_u64(c, &count) != 0 || elem_type >= GGUF_N_TYPES) return -1;
-    uint64_t size = gguf_scalar_size(elem_type);
-    if (size > 0) return count <= (uint64_t)(c->end - c->p) / size && take(c, count * size) ? 0 : -1;
-    for (uint64_t i = 0; i < count; i++)
-        if (skip_value(c, elem_type, depth + 1) != 0) return -1;
-    return 0;
-}
-
-static const GgufValue *gguf_find(const Gguf *g, const char *key) {
-    size_t n = strlen(key);
-    for (uint64_t i = 0; i < g->n_values; i++)
-        if (g->values[i].key_len == n && memcmp(g->values[i].key, key, n) == 0) return &g->values[i];
-    return NULL;
-}
-
-// An integer-valued key as int64; def when absent; -1 from the call when
-// it has another type.
-static int gguf_int(const Gguf *g, const char *key, int64_t def, int64_t *out) {
-    const GgufValue *v = gguf_find(g, key);
-    *out = def;
-    if (!v) return 0;
-    const unsigned char *p = v->value;
-    switch (v->type) {
-    case GGUF_U8: case GGUF_BOOL: *out = p[0]; return 0;
-    case GGUF_I8: *out = (int8_t)p[0]; return 0;
-    case GGUF_U16: *out = p[0] | p[1] << 8; return 0;
-    case GGUF_I16: *out = (int16_t)(p[0] | p[1] << 8); return 0;
-    case GGUF_U32: *out = (uint32_t)read_i32(p); return 0;
-    case GGUF_I32: *out = read_i32(p); return 0;
-    case GGUF_U64: case GGUF_I64: *out = (int64_t)read_u64(p); return 0;
-    default: return -1;
-    }
-}
-
-static int gguf_float(const Gguf *g, const char *key, float def, float *out) {
-    const GgufValue *v = gguf_find(g, key);
-    *out = def;
-    if (!v) return 0;
-    if (v->type == GGUF_F32) { *out = read_f32(v->value); return 0; }
-    if (v->type == GGUF_F64) { double d; uint64_t u = read_u64(v->value); memcpy(&d, &u, 8); *out = (float)d; return 0; }
-    return -1;
-}
-
-// A string key: its bytes (not NUL-terminated) and length; NULL when absent.
-static const char *gguf_string(const Gguf *g, const char *key, size_t *len) {
-    const GgufValue *v = gguf_find(g, key);
-    if (!v || v->type != GGUF_STRING) return NULL;
-    *len = (size_t)read_u64(v->value);
-    return (const char *)v->value + 8;
-}
-
-static void gguf_free(Gguf *g) {
-    free(g->values);
-    free(g->tensors);
-    memset(g, 0, sizeof *g);
-}
-
-static int compare_tensor_offset(const void *a, const void *b) {
-    const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-// Checks each tensor's shape, type, alignment and extent, and that no two overlap.
-static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t alignment, const char *path) {
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        GgufTensor *t = &g->tensors[i];
-        if (!type_known((int)t->type))
-            return fail("%s: tensor %.*s has type %s (%u); supported: F32, F16, BF16, Q8_0, Q4_0", path,
-                        (int)t->name_len, t->name, type_name(t->type), t->type);
-        if ((t->type == TYPE_Q8_0 || t->type == TYPE_Q4_0) && t->dims[0] % QK != 0)
-            return fail("%s: tensor %.*s has rows of %llu, not a multiple of %d", path, (int)t->name_len,
-                        t->name, (unsigned long long)t->dims[0], QK);
-        // each dim is below 2^31 (checked when read), so no product below can wrap
-        uint64_t rows = 1, row_bytes = type_row_bytes((int)t->type, (int)t->dims[0]);
-        for (int d = 1; d < t->n_dims && rows <= (1ull << 32); d++) rows *= t->dims[d];
-        if (rows > g->data_size / row_bytes) // also keeps rows * row_bytes from wrapping
-            return fail("%s: tensor %.*s is larger than the file", path, (int)t->name_len, t->name);
-        t->size = rows * row_bytes;
-        // F32 and 16-bit data are read in place, so they must sit at multiples of their size
-        uint64_t natural = t->type == TYPE_F32 ? 4 : t->type == TYPE_F16 || t->type == TYPE_BF16 ? 2 : 1;
-        if (t->offset % alignment != 0 || t->offset > g->data_size ||
-            t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
-            return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
-                        (int)t->name_len, t->name);
-    }
-    GgufTensor **order = malloc((size_t)g->n_tensors * sizeof *order + 1);
-    if (!order) return fail("%s: out of memory", path);
-    for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
-    qsort(order, (size_t)g->n_tensors, sizeof *order, compare_tensor_offset);
-    int err = 0;
-    for (uint64_t i = 1; i < g->n_tensors && !err; i++)
-        if (order[i - 1]->offset + order[i - 1]->size > order[i]->offset)
-            err = fail("%s: tensors %.*s and %.*s overlap", path, (int)order[i - 1]->name_len, order[i - 1]->name,
-                       (int)order[i]->name_len, order[i]->name);
-    free(order);
-    return err;
-}
-
-// Indexes a GGUF file mapped at map[0..size). 0 ok; -1 with error_message.
-static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char *path) {
-    memset(g, 0, sizeof *g);
-    Cursor c = {map, map + size};
-    uint32_t magic = 0, version = 0;
-    if (take_u32(&c, &magic) != 0 || magic != GGUF_MAGIC) return fail("%s: not a GGUF file", path);
-    if (take_u32(&c, &version) != 0 || (version != 2 && version != 3))
-        return fail("%s: GGUF version %u is not supported (2 and 3 are)", path, version);
-    if (take_u64(&c, &g->n_tensors) != 0 || take_u64(&c, &g->n_values) != 0)
-        return fail("%s: GGUF header is truncated", path);
-    uint64_t left = (uint64_t)(c.end - c.p);
-    if (g->n_values > left / 12 || g->n_tensors > left / 24) // the smallest entries' sizes
-        return fail("%s: GGUF counts (%llu values, %llu tensors) are larger than the file", path,
-                    (unsigned long long)g->n_values, (unsigned long long)g->n_tensors);
-    g->values = calloc((size_t)g->n_values + 1, sizeof(GgufValue));
-    g->tensors = calloc((size_t)g->n_tensors + 1, sizeof(GgufTensor));
-    if (!g->values || !g->tensors) { gguf_free(g); return fail("%s: out of memory", path); }
-    for (uint64_t i = 0; i < g->n_values; i++) {
-        GgufValue *v = &g->values[i];
-        if (take_string(&c, &v->key, &v->key_len) != 0 || take_u32(&c, &v->type) != 0) {
-            gguf_free(g);
-            return fail("%s: GGUF metadata key %llu runs past the end", path, (unsigned long long)i);
-        }
-        v->value = c.p;
-        if (v->type == GGUF_ARRAY && c.end - c.p >= 12) {
-            v->elem_type = (uint32_t)read_i32(c.p);
-            v->count = read_u64(c.p + 4);
-            v->elems = c.p + 12;
-        }
-        if (skip_value(&c, v->type, 0) != 0) {
-            gguf_free(g);
-            return fail("%s: GGUF metadata value %llu is malformed or runs past the end", path, (unsigned long long)i);
-        }
-    }
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        GgufTensor *t = &g->tensors[i];
-        uint32_t n_dims = 0;
-        if (take_string(&c, &t->name, &t->name_len) != 0 || take_u32(&c, &n_dims) != 0 || n_dims < 1 || n_dims > 4) {
-            gguf_free(g);
-            return fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
-        }
-        t->n_dims = (int)n_dims;
-        int bad = 0;
-        for (uint32_t d = 0; d < n_dims; d++)
-            bad |= take_u64(&c, &t->dims[d]) != 0 || t->dims[d] == 0 || t->dims[d] > INT32_MAX;
-        if (bad || take_u32(&c, &t->type) != 0 || take_u64(&c, &t->offset) != 0) {
-            gguf_free(g);
-            return fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
-        }
-    }
-    int64_t alignment;
-    if (gguf_int(g, "general.alignment", 32, &alignment) != 0 || alignment <= 0 || alignment > 65536 ||
-        (alignment & (alignment - 1))) {
-        gguf_free(g);
-        return fail("%s: general.alignment is not a power of two", path);
-    }
-    uint64_t data_start = ((uint64_t)(c.p - map) + (uint64_t)alignment - 1) / (uint64_t)alignment * (uint64_t)alignment;
-    if (data_start > size && g->n_tensors > 0) {
-        gguf_free(g);
-        return fail("%s: GGUF file ends before its tensor data", path);
-    }
-    g->data = map + (data_start < size ? data_start : size);
-    g->data_size = data_start < size ? size - data_start : 0;
-    if (gguf_check_tensors(g, map, (uint64_t)alignment, path) != 0) { gguf_free(g); return -1; }
-    return 0;
-}
-
-static const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
-    size_t n = strlen(name);
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i].name_len == n && memcmp(g->tensors[i].name, name, n) == 0) return &g->tensors[i];
-    return NULL;
-}
-
-// Points *m at the tensor called name, which must be (rows, cols); NULL
-// m: a norm vector (cols), which must be F32.
-static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matrix *m, const float **vec,
-                       const char *path) {
-    const GgufTensor *t = gguf_tensor(g, name);
-    if (!t) return fail("%s: tensor %s is missing", path, name);
-    uint64_t t_rows = t->n_dims > 1 ? t->dims[1] : 1;
-    if (t->n_dims > 2 || t->dims[0] != (uint64_t)cols || t_rows != (uint64_t)rows)
-        return fail("%s: tensor %s has the wrong shape (expected %d x %d)", path, name, rows, cols);
-    if (vec) {
-        if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
-        *vec = (const float *)(g->data + t->offset);
-    } else {
-        *m = (Matrix){g->data + t->offset, (int)t->type, rows, cols, NULL};
-    }
-    return 0;
-}
-
-static int gguf_config(Config *c, const Gguf *g, const char *path) {
-    size_t len;
-    const char *arch = gguf_string(g, "general.architecture", &len);
-    if (!arch) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
-    if (len != 5 || memcmp(arch, "llama", 5) != 0)
-        return fail("%s: architecture '%.*s' is not supported (only llama)", path, (int)(len < 64 ? len : 64), arch);
-    if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
-    const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
-    if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
-    int64_t v[8];
-    int err = gguf_int(g, "llama.embedding_length", 0, &v[0]) | gguf_int(g, "llama.feed_forward_length", 0, &v[1]) |
-              gguf_int(g, "llama.block_count", 0, &v[2]) | gguf_int(g, "llama.attention.head_count", 0, &v[3]) |
-              gguf_int(g, "llama.context_length", 0, &v[5]) | gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) |
-              gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
-    err |= gguf_int(g, "llama.attention.head_count_kv", v[3], &v[4]);
-    err |= gguf_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta);
-    err |= gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps);
-    if (err) return fail("%s: a llama.* metadata value has the wrong type", path);
-    for (int i = 0; i < 8; i++)
-        if (v[i] < INT32_MIN || v[i] > INT32_MAX) return fail("%s: llama.* metadata value %lld is out of range", path, (long long)v[i]);
-    *c = (Config){(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)emb->dims[1], (int)v[5],
-                  v[3] > 0 ? (int)(v[0] / v[3]) : 0, c->rope_theta, c->norm_eps, gguf_tensor(g, "output.weight") == NULL,
-                  (int)v[6], (int)v[7], (int)emb->type};
-    int64_t rope_dims;
-    if (gguf_int(g, "llama.rope.dimension_count", c->head_size, &rope_dims) != 0 || rope_dims != c->head_size)
-        return fail("%s: llama.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
-                    path, (long long)rope_dims, c->head_size);
-    return 0;
-}
-
-static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
-    int q_dim = c->n_heads * c->head_size;
-    char name[64];
-    if (gguf_weight(g, "token_embd.weight", c->vocab_size, c->dim, &w->token_embedding, NULL, path) ||
-        gguf_weight(g, "output_norm.weight", 1, c->dim, NULL, &w->rms_final, path))
-        return -1;
-    if (c->shared_classifier) w->wcls = w->token_embedding;
-    else if (gguf_weight(g, "output.weight", c->vocab_size, c->dim, &w->wcls, NULL, path)) return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        LayerWeights *lw = &w->layers[l];
-        struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
-            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
-            {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
-            {"attn_v", kv_dim(c), c->dim, &lw->wv, NULL},  {"attn_output", c->dim, q_dim, &lw->wo, NULL},
-            {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
-            {"ffn_up", c->hidden_dim, c->dim, &lw->w3, NULL},
-        };
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
-            if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
-        }
-    }
-    return 0;
-}
+/* ----------------------------------------------------------------------------
+   The run state: every buffer a forward pass writes, allocated once. */
 
 // kv_type: TYPE_F32 or TYPE_F16, the KV cache's.
 static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
@@ -768,12 +239,10 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->brope_cos = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     s->brope_sin = calloc((size_t)BATCH * c->head_size / 2, sizeof(float));
     int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    s->bxt = calloc((size_t)BATCH * max_cols, sizeof(float));
-    s->xq = calloc((size_t)BATCH * ((max_cols + QK - 1) / QK), sizeof(ActBlock));
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
         !s->rope_sin || !s->logits || !(f16 ? s->key_cache_f16 && s->value_cache_f16 : s->key_cache && s->value_cache) ||
         !s->k || !s->v || !s->bk || !s->bv || !s->bx || !s->bxb || !s->bxb2 ||
-        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || !s->bxt || !s->xq)
+        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || alloc_matmul_scratch(&s->mm, max_cols) != 0)
         return -1;
     return 0;
 }
@@ -782,294 +251,20 @@ static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
     free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_cache); free(s->value_cache);
     free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
-    free(s->brope_cos); free(s->brope_sin); free(s->bxt); free(s->xq);
+    free(s->brope_cos); free(s->brope_sin); free_matmul_scratch(&s->mm);
     free(s->key_cache_f16); free(s->value_cache_f16); free(s->k); free(s->v); free(s->bk); free(s->bv);
     memset(s, 0, sizeof *s);
 }
 
-void transformer_close(Transformer *t) {
-    free_run_state(&t->state);
-    free(t->packed);
-    free(t->weights.layers);
-    if (t->map) munmap(t->map, t->map_size);
-    memset(t, 0, sizeof *t);
-}
-
-static int gguf_open_model(Transformer *t, const char *path) {
-    Gguf g;
-    if (gguf_parse(&g, t->map, t->map_size, path) != 0) { transformer_close(t); return -1; }
-    Config *c = &t->config;
-    int err = gguf_config(c, &g, path);
-    if (!err) err = check_config(c, path);
-    if (!err && !(t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights))))
-        err = fail("%s: out of memory", path);
-    if (!err) err = gguf_weights(&t->weights, c, &g, path);
-    gguf_free(&g);
-    return err;
-}
-
-// Maps a checkpoint (llama2.c version 0, ours, or GGUF), checks it
-// completely and points the weights into it. 0 ok; -1 with error_message.
-static int load_weights(Transformer *t, const char *path) {
-    if (map_file(path, &t->map, &t->map_size) != 0) return -1;
-    const unsigned char *h = t->map;
-    Config *c = &t->config;
-    t->is_gguf = t->map_size >= 4 && (uint32_t)read_i32(h) == GGUF_MAGIC;
-    if (t->is_gguf) return gguf_open_model(t, path);
-    int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
-    int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
-    if (err == 0) err = check_config(c, path);
-    if (err != 0) return -1;
-
-    // Size everything first (nothing is read), then point into the map.
-    uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
-    TensorWalk walk = {NULL, header, align};
-    TensorStarts starts;
-    uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
-    if (expected != t->map_size)
-        return fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
-                    (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
-    t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
-    if (!t->weights.layers) return fail("%s: out of memory", path);
-    walk = (TensorWalk){t->map, header, align};
-    if (runc) walk_runc(&walk, &starts, c);
-    else walk_v0(&walk, &starts, c);
-    point_weights(&t->weights, &starts, c);
-    return 0;
-}
-
-static int pack_weights(Transformer *t, const char *path); // with the kernels below
-
-// Loads a checkpoint and allocates the run state for a context of
-// max_context positions (0, or more than the model's: the model's own).
-// kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
-int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
-    memset(t, 0, sizeof *t);
-    if (load_weights(t, path) != 0 || pack_weights(t, path) != 0) { transformer_close(t); return -1; }
-    Config *c = &t->config;
-    if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
-    if (alloc_run_state(&t->state, c, kv_type) != 0) {
-        fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, c->seq_len);
-        transformer_close(t);
-        return -1;
-    }
-    return 0;
-}
-
-int transformer_open_context(Transformer *t, const char *path, int max_context) {
-    return transformer_open_kv(t, path, max_context, TYPE_F32);
-}
-
-int transformer_open(Transformer *t, const char *path) { return transformer_open_context(t, path, 0); }
-
 /* ----------------------------------------------------------------------------
-   Math kernels. Each works on plain float arrays; matmul dispatches on the
-   weight type. */
+   The math. Plain C, each function the definition that the engine room's
+   fast kernels are tested against. */
 
 static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float scale = 1.0f / sqrtf(ss / n + eps);
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
-}
-
-// out[i] = dot(w[i, :], x): the plain reference kernel, which the fast ones
-// below are tested against. Sums in order, one row at a time.
-static void matmul_f32_plain(float *out, const float *x, const float *w, int rows, int cols) {
-    int i;
-    #pragma omp parallel for private(i)
-    for (i = 0; i < rows; i++) {
-        const float *row = w + (size_t)i * cols;
-        float sum = 0.0f;
-        for (int j = 0; j < cols; j++) sum += row[j] * x[j];
-        out[i] = sum;
-    }
-}
-
-/* SIMD kernels, chosen at compile time: AVX-512, else AVX2 with FMA, else
-   NEON (ARM64), else plain C. Each path of dot_f32 keeps four independent
-   sums (so consecutive multiply-adds do not wait for each other) and handles
-   the n % width tail itself; the result differs from the plain kernel only
-   by the order of the additions. */
-
-#define FMA_CHAINS 12 // enough to cover FMA latency x FMA units on current cores
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-
-// The sum of the 8 lanes.
-static float sum_m256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-#endif
-
-#if defined(__AVX512F__)
-#define SIMD_NAME "AVX-512"
-#define SIMD_FLOATS 16 // lanes of one vector
-
-// The first n (< 16) lanes set.
-static __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1); }
-
-static float dot_f32(const float *a, const float *b, int n) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    int j = 0;
-    for (; j + 64 <= n; j += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 32), _mm512_loadu_ps(b + j + 32), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 48), _mm512_loadu_ps(b + j + 48), s3);
-    }
-    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
-    if (j < n) {
-        __mmask16 m = tail_mask(n - j);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
-
-// The benchmark's FMA ceiling: FMA_CHAINS independent chains of multiply-adds
-// in registers, iters steps each; returns a sum so nothing is optimized away.
-static float fma_chains(long iters, float seed) {
-    __m512 a[FMA_CHAINS], m = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
-    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], m, b);
-    float sum = 0.0f;
-    for (int i = 0; i < FMA_CHAINS; i++) sum += _mm512_reduce_add_ps(a[i]);
-    return sum;
-}
-
-#elif defined(__AVX2__) && defined(__FMA__)
-#define SIMD_NAME "AVX2"
-#define SIMD_FLOATS 8
-
-static float dot_f32(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 32 <= n; j += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
-    }
-    for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
-    float sum = sum_m256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; j < n; j++) sum += a[j] * b[j];
-    return sum;
-}
-
-static float fma_chains(long iters, float seed) {
-    __m256 a[FMA_CHAINS], m = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
-    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], m, b);
-    float sum = 0.0f;
-    for (int i = 0; i < FMA_CHAINS; i++) sum += sum_m256(a[i]);
-    return sum;
-}
-
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#include <arm_neon.h>
-#define SIMD_NAME "NEON"
-#define SIMD_FLOATS 4
-
-static float dot_f32(const float *a, const float *b, int n) {
-    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
-    int j = 0;
-    for (; j + 16 <= n; j += 16) {
-        s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(b + j));
-        s1 = vfmaq_f32(s1, vld1q_f32(a + j + 4), vld1q_f32(b + j + 4));
-        s2 = vfmaq_f32(s2, vld1q_f32(a + j + 8), vld1q_f32(b + j + 8));
-        s3 = vfmaq_f32(s3, vld1q_f32(a + j + 12), vld1q_f32(b + j + 12));
-    }
-    for (; j + 4 <= n; j += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(b + j));
-    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
-    for (; j < n; j++) sum += a[j] * b[j];
-    return sum;
-}
-
-static float fma_chains(long iters, float seed) {
-    float32x4_t a[FMA_CHAINS], m = vdupq_n_f32(0.999f), b = vdupq_n_f32(seed);
-    for (int i = 0; i < FMA_CHAINS; i++) a[i] = vdupq_n_f32((float)i);
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < FMA_CHAINS; i++) a[i] = vfmaq_f32(b, a[i], m);
-    float sum = 0.0f;
-    for (int i = 0; i < FMA_CHAINS; i++) sum += vaddvq_f32(a[i]);
-    return sum;
-}
-
-#else
-#define SIMD_NAME "plain C"
-#define SIMD_FLOATS 1
-
-// Four partial sums, which compilers can keep in vector registers.
-static float dot_f32(const float *a, const float *b, int n) {
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-        s0 += a[j] * b[j];
-        s1 += a[j + 1] * b[j + 1];
-        s2 += a[j + 2] * b[j + 2];
-        s3 += a[j + 3] * b[j + 3];
-    }
-    for (; j < n; j++) s0 += a[j] * b[j];
-    return (s0 + s1) + (s2 + s3);
-}
-
-static float fma_chains(long iters, float seed) {
-    float a[FMA_CHAINS];
-    for (int i = 0; i < FMA_CHAINS; i++) a[i] = (float)i;
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < FMA_CHAINS; i++) a[i] = fmaf(a[i], 0.999f, seed);
-    float sum = 0.0f;
-    for (int i = 0; i < FMA_CHAINS; i++) sum += a[i];
-    return sum;
-}
-#endif
-
-/* The exponential for softmax and SwiGLU: expf one value at a time is a
-   serial cost of every layer (hidden_dim values per position). With
-   AVX-512, e^x = 2^k e^r where k = round(x log2 e) and |r| <= ln2/2, e^r
-   by Cephes' degree-7 polynomial for expf, and 2^k applied by scalef (which
-   also gives 0 and infinity past the float range): within 2^-23 relative
-   (test_all checks). Elsewhere, expf. */
-
-#if defined(__AVX512F__)
-static __m512 exp_16(__m512 x) {
-    // clamp to where e^x is 0 or infinite anyway; NaN stays NaN (second operand)
-    x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x); // ln 2 in two parts, so r is exact
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, k);
-}
-#endif
-
-// x[i] = e^(x[i] - shift) for n values; returns their sum.
-static float exp_row(float *x, int n, float shift) {
-    float sum = 0.0f;
-    int i = 0;
-#if defined(__AVX512F__)
-    __m512 total = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        __m512 e = exp_16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(shift)));
-        _mm512_storeu_ps(x + i, e);
-        total = _mm512_add_ps(total, e);
-    }
-    sum = _mm512_reduce_add_ps(total);
-#endif
-    for (; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
-    return sum;
 }
 
 static void softmax(float *x, int n) {
@@ -1080,887 +275,23 @@ static void softmax(float *x, int n) {
 }
 
 // hb = silu(hb) * hb2, the SwiGLU gate; silu(g) = g / (1 + e^-g).
-static void swiglu(float *hb, const float *hb2, int n) {
-    int i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16) {
-        __m512 g = _mm512_loadu_ps(hb + i);
-        __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-        _mm512_storeu_ps(hb + i, _mm512_mul_ps(silu, _mm512_loadu_ps(hb2 + i)));
-    }
-#endif
-    for (; i < n; i++) {
+static void swiglu_plain(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
         float g = hb[i];
         hb[i] = g / (1.0f + expf(-g)) * hb2[i];
     }
 }
 
-// out[i] = dot(w[i, :], x) with the SIMD dot product; the threads split the
-// rows into contiguous halves (static schedule), nothing shared is written.
-static void matmul_f32_fast(float *out, const float *x, const float *w, int rows, int cols) {
-    int i;
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < rows; i++) out[i] = dot_f32(w + (size_t)i * cols, x, cols);
-}
-
-// 1: every F32 product uses the plain kernels (the benchmark's "before").
-static int use_plain_kernels = 0;
-
-static void matmul_f32(float *out, const float *x, const float *w, int rows, int cols) {
-    if (use_plain_kernels) matmul_f32_plain(out, x, w, rows, cols);
-    else matmul_f32_fast(out, x, w, rows, cols);
-}
-
-/* Matrix-matrix products for prefill: n positions through one matrix, so
-   that each weight is read from memory once per block of positions instead
-   of once per position. The block x (n, cols) is first packed transposed,
-   TILE_TOKENS positions side by side for every column (zeros past n). A
-   tile then computes TILE_ROWS rows of w for TILE_TOKENS positions: for
-   each column it loads the positions' values as vectors, broadcasts each
-   row's weight and multiply-adds into sums that stay in registers, with no
-   horizontal additions at the end. */
-
-#if defined(__AVX512F__)
-#define TILE_ROWS 12 // 24 sums + 2 position vectors + 1 weight: 27 of 32 registers
-#define TILE_TOKENS 32
-
-// sums (TILE_ROWS, TILE_TOKENS) = w (TILE_ROWS rows, cols apart) @ xt (cols, TILE_TOKENS)
-static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
-    __m512 acc[TILE_ROWS][2];
-    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    for (int k = 0; k < cols; k++) {
-        __m512 x0 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS);
-        __m512 x1 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS + 16);
-        for (int r = 0; r < TILE_ROWS; r++) {
-            __m512 a = _mm512_set1_ps(w[(size_t)r * cols + k]);
-            acc[r][0] = _mm512_fmadd_ps(a, x0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(a, x1, acc[r][1]);
-        }
-    }
-    for (int r = 0; r < TILE_ROWS; r++) {
-        _mm512_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
-        _mm512_storeu_ps(sums + r * TILE_TOKENS + 16, acc[r][1]);
-    }
-}
-
-#elif defined(__AVX2__) && defined(__FMA__)
-#define TILE_ROWS 6 // 12 sums + 2 position vectors + 1 weight: 15 of 16 registers
-#define TILE_TOKENS 16
-
-static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
-    __m256 acc[TILE_ROWS][2];
-    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int k = 0; k < cols; k++) {
-        __m256 x0 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS);
-        __m256 x1 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS + 8);
-        for (int r = 0; r < TILE_ROWS; r++) {
-            __m256 a = _mm256_broadcast_ss(w + (size_t)r * cols + k);
-            acc[r][0] = _mm256_fmadd_ps(a, x0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(a, x1, acc[r][1]);
-        }
-    }
-    for (int r = 0; r < TILE_ROWS; r++) {
-        _mm256_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
-        _mm256_storeu_ps(sums + r * TILE_TOKENS + 8, acc[r][1]);
-    }
-}
-
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#define TILE_ROWS 6 // 24 sums + 4 position vectors + 1 weight: 29 of 32 registers
-#define TILE_TOKENS 16
-
-static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
-    float32x4_t acc[TILE_ROWS][4];
-    for (int r = 0; r < TILE_ROWS; r++)
-        for (int v = 0; v < 4; v++) acc[r][v] = vdupq_n_f32(0.0f);
-    for (int k = 0; k < cols; k++) {
-        float32x4_t xv[4];
-        for (int v = 0; v < 4; v++) xv[v] = vld1q_f32(xt + (size_t)k * TILE_TOKENS + 4 * v);
-        for (int r = 0; r < TILE_ROWS; r++) {
-            float a = w[(size_t)r * cols + k];
-            for (int v = 0; v < 4; v++) acc[r][v] = vfmaq_n_f32(acc[r][v], xv[v], a);
-        }
-    }
-    for (int r = 0; r < TILE_ROWS; r++)
-        for (int v = 0; v < 4; v++) vst1q_f32(sums + r * TILE_TOKENS + 4 * v, acc[r][v]);
-}
-
-#else
-#define TILE_ROWS 4
-#define TILE_TOKENS 8
-
-static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
-    for (int i = 0; i < TILE_ROWS * TILE_TOKENS; i++) sums[i] = 0.0f;
-    for (int k = 0; k < cols; k++)
-        for (int r = 0; r < TILE_ROWS; r++)
-            for (int t = 0; t < TILE_TOKENS; t++) sums[r * TILE_TOKENS + t] += w[(size_t)r * cols + k] * xt[(size_t)k * TILE_TOKENS + t];
-}
-#endif
-
-// out (n, rows) = x (n, cols) @ w (rows, cols)^T, one position at a time
-// with the plain kernel: the reference for matmat_f32_fast.
-static void matmat_f32_plain(float *out, const float *x, int n, const float *w, int rows, int cols) {
-    for (int t = 0; t < n; t++) matmul_f32_plain(out + (size_t)t * rows, x + (size_t)t * cols, w, rows, cols);
-}
-
-// xt (tiles, cols, TILE_TOKENS) = columns k0..k1 of x (n, cols), transposed
-// tile by tile, zeros past position n.
-static void pack_columns(float *xt, const float *x, int n, int cols, int k0, int k1) {
-    int n_tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
-    for (int tile = 0; tile < n_tiles; tile++) {
-        float *dst = xt + (size_t)tile * cols * TILE_TOKENS;
-        for (int k = k0; k < k1; k++)
-            for (int t = 0; t < TILE_TOKENS; t++) {
-                int token = tile * TILE_TOKENS + t;
-                dst[(size_t)k * TILE_TOKENS + t] = token < n ? x[(size_t)token * cols + k] : 0.0f;
-            }
-    }
-}
-
-// Rows r0..r0+TILE_ROWS of w against every position; only rows from
-// first_row on are stored (a last panel overlaps the one before it).
-static void matmat_panel(float *out, const float *xt, int n, const float *w, int rows, int cols, int r0, int first_row) {
-    float sums[TILE_ROWS * TILE_TOKENS];
-    for (int t0 = 0; t0 < n; t0 += TILE_TOKENS) {
-        tile_f32(sums, w + (size_t)r0 * cols, xt + (size_t)t0 * cols, cols);
-        int nt = n - t0 < TILE_TOKENS ? n - t0 : TILE_TOKENS;
-        for (int t = 0; t < nt; t++)
-            for (int r = first_row - r0; r < TILE_ROWS; r++)
-                out[(size_t)(t0 + t) * rows + r0 + r] = sums[r * TILE_TOKENS + t];
-    }
-}
-
-// The same product with the tile kernel: one parallel region packs x into
-// scratch (n rounded up to TILE_TOKENS, times cols floats) and then splits the row panels between
-// the threads, so each weight is read once per call. Matrices of fewer than
-// TILE_ROWS rows take the plain kernel.
-static void matmat_f32_fast(float *out, const float *x, int n, const float *w, int rows, int cols, float *scratch) {
-    if (rows < TILE_ROWS) { matmat_f32_plain(out, x, n, w, rows, cols); return; }
-    int n_panels = (rows + TILE_ROWS - 1) / TILE_ROWS, n_chunks = (cols + 63) / 64;
-    #pragma omp parallel
-    {
-        int i;
-        #pragma omp for schedule(static)
-        for (i = 0; i < n_chunks; i++)
-            pack_columns(scratch, x, n, cols, i * 64, (i + 1) * 64 < cols ? (i + 1) * 64 : cols);
-        #pragma omp for schedule(static)
-        for (i = 0; i < n_panels; i++) {
-            int r0 = i * TILE_ROWS;
-            matmat_panel(out, scratch, n, w, rows, cols, r0 + TILE_ROWS <= rows ? r0 : rows - TILE_ROWS, r0);
-        }
-    }
-}
-
-static void matmat_f32(float *out, const float *x, int n, const float *w, int rows, int cols, float *scratch) {
-    if (use_plain_kernels) matmat_f32_plain(out, x, n, w, rows, cols);
-    else matmat_f32_fast(out, x, n, w, rows, cols, scratch);
-}
-
-// IEEE half precision to float, portably (denormals, infinities, NaN).
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-    if (exp == 0x1F) bits = sign | 0x7F800000u | mant << 13;
-    else if (exp != 0) bits = sign | (exp + 112) << 23 | mant << 13;
-    else if (mant == 0) bits = sign;
-    else { // a denormal half is a normal float
-        exp = 113;
-        while (!(mant & 0x400)) { mant <<= 1; exp--; }
-        bits = sign | exp << 23 | (mant & 0x3FF) << 13;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t read_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-/* The fp16 KV cache (--kv f16): keys and values are rounded to IEEE half
-   precision when stored and widened when attention reads them, halving the
-   cache's memory and traffic. F16C instructions where the compiler may use
-   them, else the portable conversions; both round to nearest even. */
-
-// Float to IEEE half, rounding to nearest even.
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
-    int exp = (int)((x >> 23) & 0xFF);
-    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00 | (mant ? 0x200 : 0));
-    int e = exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7C00);
-    int shift = 13;
-    uint32_t half;
-    if (e <= 0) { // a half denormal
-        if (e < -10) return (uint16_t)sign;
-        mant |= 0x800000;
-        shift = 14 - e;
-        half = mant >> shift;
-    } else {
-        half = (uint32_t)e << 10 | mant >> 13;
-    }
-    uint32_t rest = mant & ((1u << shift) - 1), middle = 1u << (shift - 1);
-    if (rest > middle || (rest == middle && (half & 1))) half++; // a carry rounds up the exponent
-    return (uint16_t)(sign | half);
-}
-
-static void put_u16(unsigned char *p, uint16_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
-
-static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
-static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int j = 0;
-    for (; j + 16 <= n; j += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j + 8))), s1);
-    }
-    for (; j + 8 <= n; j += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
-    float sum = sum_m256(_mm256_add_ps(s0, s1));
-    for (; j < n; j++) sum += a[j] * f16_to_f32(b[j]);
-    return sum;
-}
-
-// out += a * v
-static void axpy_f16(float *out, float a, const uint16_t *v, int n) {
-    __m256 av = _mm256_set1_ps(a);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + j)));
-        _mm256_storeu_ps(out + j, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(out + j)));
-    }
-    for (; j < n; j++) out[j] += a * f16_to_f32(v[j]);
-}
-
-static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
-    for (; j < n; j++) out[j] = f32_to_f16(x[j]);
-}
-
-#else
-static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) sum += a[j] * f16_to_f32(b[j]);
-    return sum;
-}
-
-static void axpy_f16(float *out, float a, const uint16_t *v, int n) {
-    for (int j = 0; j < n; j++) out[j] += a * f16_to_f32(v[j]);
-}
-
-static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
-    for (size_t j = 0; j < n; j++) out[j] = f32_to_f16(x[j]);
-}
-#endif
-
-// Row i of a matrix as floats, for any weight type: the reference for every
-// kernel below, and the embedding lookup. A quantized value is its block's
-// scale times its integer: Q8_0 stores int8; Q4_0 stores 4-bit q - 8, the
-// low nibbles of the 16 bytes holding values 0..15 and the high ones 16..31.
-static void matrix_row(float *out, const Matrix *m, int i) {
-    const unsigned char *row = (const unsigned char *)m->data + (size_t)i * type_row_bytes(m->type, m->cols);
-    for (int j = 0; j < m->cols; j++) {
-        const unsigned char *block = row + (size_t)(j / QK) * (m->type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES);
-        int k = j % QK;
-        switch (m->type) {
-        case TYPE_F16: out[j] = f16_to_f32(read_u16(row + 2 * (size_t)j)); break;
-        case TYPE_BF16: out[j] = bf16_to_f32(read_u16(row + 2 * (size_t)j)); break;
-        case TYPE_Q8_0: out[j] = f16_to_f32(read_u16(block)) * (int8_t)block[2 + k]; break;
-        case TYPE_Q4_0:
-            out[j] = f16_to_f32(read_u16(block)) * (((k < 16 ? block[2 + k] : block[2 + k - 16] >> 4) & 0xF) - 8);
-            break;
-        default: out[j] = ((const float *)row)[j];
-        }
-    }
-}
-
-// dot(row, x) for one row of n values of a 16-bit float type.
-static float dot_f16(const unsigned char *row, const float *x, int n, int bf16) {
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        uint16_t h = read_u16(row + 2 * (size_t)j);
-        sum += (bf16 ? bf16_to_f32(h) : f16_to_f32(h)) * x[j];
-    }
-    return sum;
-}
-
-// dot(row, x) for a Q8_0 or Q4_0 row: integer values times x per block,
-// then the block's scale. The last block may be partial (padded with zeros).
-static float dot_quantized(const unsigned char *row, const float *x, int n, int type) {
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    float sum = 0.0f;
-    for (int b = 0; b * QK < n; b++) {
-        const unsigned char *block = row + (size_t)b * block_bytes;
-        const float *xb = x + b * QK;
-        int len = n - b * QK < QK ? n - b * QK : QK;
-        float block_sum = 0.0f;
-        for (int k = 0; k < len; k++) {
-            int q = type == TYPE_Q8_0 ? (int8_t)block[2 + k]
-                                      : ((k < 16 ? block[2 + k] : block[2 + k - 16] >> 4) & 0xF) - 8;
-            block_sum += q * xb[k];
-        }
-        sum += f16_to_f32(read_u16(block)) * block_sum;
-    }
-    return sum;
-}
-
-/* Quantized products with integer arithmetic, as llama.cpp computes them:
-   x is first quantized to Q8_0 blocks itself, then each block's dot product
-   is a sum of int8 products, scaled by the two blocks' scales. The float
-   kernels above (dot_quantized) stay as the plain reference. */
-
-// One row of n floats in type (room for type_row_bytes). Q8_0: scale =
-// max|x| / 127, q = round(x / scale). Q4_0: scale = (the value of largest
-// magnitude) / -8, q = x / scale + 8 rounded and clamped to 0..15. A partial
-// last block is padded with zeros.
-// -1 if a value is not finite (nothing sensible to round it to).
-static int quantize_row(unsigned char *out, const float *x, int n, int type) {
-    for (int j = 0; j < n; j++)
-        if (!isfinite(x[j])) return -1;
-    if (type == TYPE_F32) { memcpy(out, x, (size_t)n * sizeof(float)); return 0; }
-    if (type == TYPE_F16) { for (int j = 0; j < n; j++) put_u16(out + 2 * (size_t)j, f32_to_f16(x[j])); return 0; }
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    for (int b = 0; b * QK < n; b++) {
-        float v[QK] = {0};
-        int len = n - b * QK < QK ? n - b * QK : QK;
-        memcpy(v, x + b * QK, (size_t)len * sizeof(float));
-        unsigned char *block = out + (size_t)b * block_bytes;
-        float amax = 0.0f, max = 0.0f;
-        for (int k = 0; k < QK; k++)
-            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); max = v[k]; }
-        // 1/d overflows for tiny d: such a block quantizes to zeros
-        float d = type == TYPE_Q8_0 ? amax / 127.0f : max / -8.0f, id = d ? 1.0f / d : 0.0f;
-        if (!isfinite(id)) id = 0.0f;
-        put_u16(block, f32_to_f16(d));
-        for (int k = 0; k < QK && type == TYPE_Q8_0; k++)
-            block[2 + k] = (unsigned char)(int8_t)clamp_int((int)roundf(v[k] * id), -128, 127);
-        for (int k = 0; k < QK / 2 && type == TYPE_Q4_0; k++) {
-            int lo = clamp_int((int)(v[k] * id + 8.5f), 0, 15), hi = clamp_int((int)(v[k + QK / 2] * id + 8.5f), 0, 15);
-            block[2 + k] = (unsigned char)(lo | hi << 4);
-        }
-    }
-    return 0;
-}
-
-#if defined(__F16C__)
-static float block_scale(const unsigned char *block) { return _cvtsh_ss(read_u16(block)); }
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-// AArch64 converts half precision in hardware (denormals included).
-static float block_scale(const unsigned char *block) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(read_u16(block)))), 0);
-}
-#else
-static float block_scale(const unsigned char *block) { return f16_to_f32(read_u16(block)); }
-#endif
-
-#if defined(__AVX2__) && defined(__FMA__)
-// The 32 products of signed bytes w and x, summed in groups of four into
-// 8 int32 lanes: |w| times x with w's sign, the unsigned-by-signed form
-// that VNNI (or maddubs) multiplies. Values are within -127..127.
-static __m256i dot_bytes(__m256i w, __m256i x) {
-    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
-#endif
-}
-
-// acc + one weight block (Q8_0 or Q4_0) times one Q8_0 block of x, in 8 lanes.
-static __m256 block_dot(const unsigned char *wb, const unsigned char *xb, int type, __m256 acc) {
-    __m256i w;
-    if (type == TYPE_Q8_0) {
-        w = _mm256_loadu_si256((const __m256i *)(wb + 2));
-    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
-        __m128i packed = _mm_loadu_si128((const __m128i *)(wb + 2));
-        w = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        w = _mm256_sub_epi8(_mm256_and_si256(w, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-    }
-    __m256i sums = dot_bytes(w, _mm256_loadu_si256((const __m256i *)(xb + 2)));
-    return _mm256_fmadd_ps(_mm256_set1_ps(block_scale(wb) * block_scale(xb)), _mm256_cvtepi32_ps(sums), acc);
-}
-
-// dot(row, x) for a Q8_0 or Q4_0 row of n_blocks blocks and x in Q8_0
-// blocks; two sums, so that consecutive blocks do not wait for each other.
-static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    int b = 0;
-    for (; b + 2 <= n_blocks; b += 2) {
-        acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
-        acc1 = block_dot(row + (b + 1) * block_bytes, xq + (b + 1) * Q8_0_BLOCK_BYTES, type, acc1);
-    }
-    if (b < n_blocks) acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
-    return sum_m256(_mm256_add_ps(acc0, acc1));
-}
-
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-// The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
-// lanes. The dot-product extension (armv8.2-a+dotprod) does four products
-// and their sum per lane in one instruction; plain NEON widens the products
-// to int16 and adds neighbouring pairs into int32 at once, which no input
-// can overflow (128 * 128 fits int16, the pairs are summed in int32).
-static int32x4_t dot_bytes(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
-#if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
-#else
-    int32x4_t sums = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
-    sums = vpadalq_s16(sums, vmull_high_s8(w0, x0));
-    sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
-    return vpadalq_s16(sums, vmull_high_s8(w1, x1));
-#endif
-}
-
-// acc + one weight block (Q8_0 or Q4_0) times one Q8_0 block of x, in 4 lanes.
-static float32x4_t block_dot(const unsigned char *wb, const unsigned char *xb, int type, float32x4_t acc) {
-    int8x16_t w0, w1;
-    if (type == TYPE_Q8_0) {
-        w0 = vld1q_s8((const int8_t *)(wb + 2));
-        w1 = vld1q_s8((const int8_t *)(wb + 18));
-    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
-        uint8x16_t packed = vld1q_u8(wb + 2);
-        w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
-        w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
-    }
-    int32x4_t sums = dot_bytes(w0, w1, vld1q_s8((const int8_t *)(xb + 2)), vld1q_s8((const int8_t *)(xb + 18)));
-    return vfmaq_n_f32(acc, vcvtq_f32_s32(sums), block_scale(wb) * block_scale(xb));
-}
-
-// dot(row, x) for a Q8_0 or Q4_0 row of n_blocks blocks and x in Q8_0
-// blocks; two sums, so that consecutive blocks do not wait for each other.
-static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
-    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0;
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    int b = 0;
-    for (; b + 2 <= n_blocks; b += 2) {
-        acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
-        acc1 = block_dot(row + (b + 1) * block_bytes, xq + (b + 1) * Q8_0_BLOCK_BYTES, type, acc1);
-    }
-    if (b < n_blocks) acc0 = block_dot(row + b * block_bytes, xq + b * Q8_0_BLOCK_BYTES, type, acc0);
-    return vaddvq_f32(vaddq_f32(acc0, acc1));
-}
-
-#else
-static float dot_q8(const unsigned char *row, const unsigned char *xq, int n_blocks, int type) {
-    size_t block_bytes = type == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    float sum = 0.0f;
-    for (int b = 0; b < n_blocks; b++) {
-        const unsigned char *wb = row + b * block_bytes, *xb = xq + b * Q8_0_BLOCK_BYTES;
-        int32_t block_sum = 0;
-        for (int k = 0; k < QK; k++) {
-            int w = type == TYPE_Q8_0 ? (int8_t)wb[2 + k] : ((k < 16 ? wb[2 + k] : wb[2 + k - 16] >> 4) & 0xF) - 8;
-            block_sum += w * (int8_t)xb[2 + k];
-        }
-        sum += block_scale(wb) * block_scale(xb) * (float)block_sum;
-    }
-    return sum;
-}
-#endif
-
-// out = m @ x for a Q8_0 or Q4_0 matrix: x quantized once, rows split
-// across the threads.
-static int matmul_q8(float *out, const float *x, const Matrix *m) {
-    int n_blocks = (m->cols + QK - 1) / QK;
-    unsigned char *xq = malloc((size_t)n_blocks * Q8_0_BLOCK_BYTES);
-    if (!xq) return -1;
-    if (quantize_row(xq, x, m->cols, TYPE_Q8_0) != 0) { free(xq); return -1; } // not finite: the float kernel
-    size_t row_bytes = type_row_bytes(m->type, m->cols);
-    int i;
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < m->rows; i++) out[i] = dot_q8((const unsigned char *)m->data + (size_t)i * row_bytes, xq, n_blocks, m->type);
-    free(xq);
-    return 0;
-}
-
-// out (n, m.rows) = x (n, m.cols) @ m^T for a Q8_0 or Q4_0 matrix: the n
-// inputs quantized once, then each weight row, read once, against every
-// position while it is in L1.
-static int matmat_q8(float *out, const float *x, int n, const Matrix *m) {
-    int n_blocks = (m->cols + QK - 1) / QK;
-    size_t xq_bytes = (size_t)n_blocks * Q8_0_BLOCK_BYTES, row_bytes = type_row_bytes(m->type, m->cols);
-    unsigned char *xq = malloc((size_t)n * xq_bytes); // (n, n_blocks) blocks
-    if (!xq) return -1;
-    int i, bad = 0;
-    #pragma omp parallel for private(i) schedule(static) reduction(| : bad)
-    for (i = 0; i < n; i++) bad |= quantize_row(xq + (size_t)i * xq_bytes, x + (size_t)i * m->cols, m->cols, TYPE_Q8_0) != 0;
-    if (bad) { free(xq); return -1; } // not finite: the float kernel
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < m->rows; i++) {
-        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
-        for (int t = 0; t < n; t++) out[(size_t)t * m->rows + i] = dot_q8(row, xq + (size_t)t * xq_bytes, n_blocks, m->type);
-    }
-    free(xq);
-    return 0;
-}
-
-/* Packed quantized weights: the layout the integer kernels read fastest.
-   In row-major Q8_0/Q4_0 each block is one row's 32 values, so a SIMD kernel
-   must widen one row's scale per block and add its lanes up per row. Like
-   llama.cpp's CPU repacking, we copy each quantized matrix once at load time
-   so that 16 rows travel together: for each group of 16 rows and each block
-   of 32 columns (g, b), in this order,
-     quants (Q8_0: 512 bytes) 8 chunks of 64 bytes; in chunk j, row r's four
-            values 4j..4j+3 sit at bytes 4r..4r+3, stored plus 128 (0..255);
-            (Q4_0: 256 bytes) 4 chunks; in chunk j, row r's block bytes
-            4j..4j+3 at bytes 4r..4r+3: low nibbles are its values 4j..4j+3,
-            high nibbles 16+4j..16+4j+3, each stored plus 8 (0..15);
-   and after all quants, the scales: 16 fp16 values per (g, b), one per row.
-   One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
-   four bytes in every lane) and adds into 16 int32 lanes, one per row; a
-   block's sums then take one conversion and one multiply-add for all 16
-   rows. Rows past the matrix are zeros. The size equals the original's
-   (plus those padding rows); pack_weights drops the original pages from
-   memory after the copy (they come back from the file if needed). */
-
-#define GROUP_ROWS 16
-
-static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
-static int col_blocks(const Matrix *m) { return (m->cols + QK - 1) / QK; }
-
-static size_t packed_quant_bytes(int type) { return type == TYPE_Q8_0 ? 512 : 256; } // per (g, b)
-
-static size_t packed_size(const Matrix *m) {
-    return (size_t)row_groups(m) * col_blocks(m) * (packed_quant_bytes(m->type) + GROUP_ROWS * sizeof(uint16_t));
-}
-
-static const uint16_t *packed_scales(const Matrix *m) {
-    return (const uint16_t *)(m->packed + (size_t)row_groups(m) * col_blocks(m) * packed_quant_bytes(m->type));
-}
-
-// dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
-static void pack_matrix(unsigned char *dst, const Matrix *m) {
-    int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
-    size_t row_bytes = type_row_bytes(m->type, m->cols), block_bytes = q8 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
-    size_t quant_bytes = packed_quant_bytes(m->type);
-    uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
-    int g;
-    #pragma omp parallel for private(g) schedule(static)
-    for (g = 0; g < n_groups; g++)
-        for (int b = 0; b < n_blocks; b++) {
-            size_t gb = (size_t)g * n_blocks + b;
-            unsigned char *quants = dst + gb * quant_bytes;
-            for (int r = 0; r < GROUP_ROWS; r++) {
-                int row = g * GROUP_ROWS + r;
-                const unsigned char *block = (const unsigned char *)m->data + (size_t)row * row_bytes + b * block_bytes;
-                scales[gb * GROUP_ROWS + r] = row < m->rows ? read_u16(block) : 0;
-                for (int j = 0; j < (q8 ? 8 : 4); j++) { // four bytes at a time
-                    uint32_t v = q8 ? 0 : 0x88888888u; // a zero value, as stored
-                    if (row < m->rows) memcpy(&v, block + 2 + 4 * j, 4);
-                    if (q8) v ^= 0x80808080u; // int8 + 128
-                    memcpy(quants + j * 64 + r * 4, &v, 4);
-                }
-            }
-        }
-}
-
-// Row r's value k (0..31) of block (g, b) as stored: plus 128 (Q8_0) or 8 (Q4_0).
-static int packed_value(const unsigned char *quants, int r, int k, int type) {
-    if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
-    unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
-    return k < 16 ? byte & 0xF : byte >> 4;
-}
-
-// x (cols) as ActBlocks against a matrix of type (the offset of its stored
-// values), as llama.cpp quantizes activations: d = amax / 127, q = x / d
-// rounded (to nearest even, the SIMD conversion's mode), and the scale kept
-// in fp16 precision. -1 if a value is not finite.
-static int quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
-    int offset = type == TYPE_Q8_0 ? 128 : 8;
-    for (int b = 0; b * QK < cols; b++) {
-        int len = cols - b * QK < QK ? cols - b * QK : QK;
-        const float *xb = x + (size_t)b * QK;
-        float amax = 0.0f;
-        for (int k = 0; k < len; k++) {
-            if (!isfinite(xb[k])) return -1;
-            amax = fmaxf(amax, fabsf(xb[k]));
-        }
-        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows: zeros
-        int sum = 0;
-        for (int k = 0; k < QK; k++) {
-            int q = k < len ? (int)nearbyintf(xb[k] * id) : 0;
-            out[b].q[k] = (int8_t)q;
-            sum += q;
-        }
-        out[b].scale = f16_to_f32(f32_to_f16(d));
-        out[b].bias = offset * sum;
-    }
-    return 0;
-}
-
-// 16 rows of the packed matrix (group g) against x: out[r] for r < 16, the
-// plain reference. Per block: the exact integer sum, less x's bias, times
-// (row scale * x scale), added with one rounding (fmaf) in block order: the
-// SIMD kernels do the same operations per lane, so they agree bit for bit.
-static void packed_group_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
-    float acc[GROUP_ROWS] = {0};
-    for (int b = 0; b < n_blocks; b++) {
-        size_t gb = (size_t)g * n_blocks + b;
-        const unsigned char *quants = m->packed + gb * packed_quant_bytes(m->type);
-        for (int r = 0; r < GROUP_ROWS; r++) {
-            int32_t sum = 0;
-            for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
-            sum -= x[b].bias;
-            acc[r] = fmaf((float)sum, f16_to_f32(scales[gb * GROUP_ROWS + r]) * x[b].scale, acc[r]);
-        }
-    }
-    memcpy(out, acc, sizeof acc);
-}
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-#define PACKED_KERNELS 1
-
-// Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
-static void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
-    if (type == TYPE_Q8_0) {
-        for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
-    } else {
-        __m512i low = _mm512_set1_epi8(0x0F);
-        for (int j = 0; j < 4; j++) {
-            __m512i v = _mm512_loadu_si512(quants + 64 * j);
-            w[j] = _mm512_and_si512(v, low);
-            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        }
-    }
-}
-
-// acc (16 rows) + one block: VNNI sums of unsigned weights times x's signed
-// bytes (four per lane per step), less the bias, scaled.
-static __m512 group_block(__m512 acc, const __m512i w[8], __m512 row_scales, const ActBlock *x) {
-    __m512i sum = _mm512_setzero_si512();
-    for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x->q + 4 * j)));
-    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(row_scales, _mm512_set1_ps(x->scale)), acc);
-}
-
-static __m512 group_scales(const uint16_t *scales) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
-}
-
-// Positions per prefill tile: 8 float sums, 8 integer sums and 8 weight
-// vectors stay in registers (25 of 32).
-#define PACKED_TOKENS 8
-
-// A full tile: PACKED_TOKENS positions x[t * n_blocks ..] against group g's
-// rows. For each block, chunk by chunk, every position's integer sum takes
-// one VNNI step, so consecutive steps on one sum are 8 instructions apart
-// (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
-// same operations as group_block, so the results are identical.
-static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
-    __m512 acc[PACKED_TOKENS];
-    #pragma GCC unroll 8
-    for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
-    for (int b = 0; b < n_blocks; b++) {
-        size_t gb = (size_t)g * n_blocks + b;
-        __m512i w[8], sum[PACKED_TOKENS];
-        load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
-        #pragma GCC unroll 8
-        for (int t = 0; t < PACKED_TOKENS; t++) sum[t] = _mm512_setzero_si512();
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            #pragma GCC unroll 8
-            for (int t = 0; t < PACKED_TOKENS; t++)
-                sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
-        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
-        #pragma GCC unroll 8
-        for (int t = 0; t < PACKED_TOKENS; t++) {
-            const ActBlock *xb = x + (size_t)t * n_blocks + b;
-            __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(xb->bias));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(row_scales, _mm512_set1_ps(xb->scale)), acc[t]);
-        }
-    }
-    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
-    #pragma GCC unroll 8
-    for (int t = 0; t < PACKED_TOKENS; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
-}
-
-// out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
-// and rows r < n_rows of group g.
-static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
-    if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
-    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
-    for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
-        __m512 sum = _mm512_setzero_ps();
-        for (int b = 0; b < n_blocks; b++) {
-            size_t gb = (size_t)g * n_blocks + b;
-            __m512i w[8];
-            load_group_block(w, m->packed + gb * packed_quant_bytes(m->type), m->type);
-            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + (size_t)t * n_blocks + b);
-        }
-        _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
-    }
-}
-
-#else
-#define PACKED_KERNELS 0
-#define PACKED_TOKENS 1
-#endif
-
-// packed_group with the plain reference (use_plain_kernels, and builds
-// without the SIMD kernels, where only the tests pack matrices).
-static void packed_group_ref(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
-    int n_blocks = col_blocks(m);
-    for (int t = 0; t < n; t++) {
-        float sums[GROUP_ROWS];
-        packed_group_plain(sums, m, g, x + (size_t)t * n_blocks);
-        memcpy(out + (size_t)t * out_stride, sums, (size_t)n_rows * sizeof(float));
-    }
-}
-
-// quantize_act_plain, the same arithmetic with AVX-512 where it exists.
-static int quantize_act(ActBlock *out, const float *x, int cols, int type) {
-    int b = 0;
-#if PACKED_KERNELS
-    int offset = type == TYPE_Q8_0 ? 128 : 8;
-    __m512 inf = _mm512_set1_ps(INFINITY);
-    for (; (b + 1) * QK <= cols; b++) {
-        __m512 v0 = _mm512_loadu_ps(x + (size_t)b * QK), v1 = _mm512_loadu_ps(x + (size_t)b * QK + 16);
-        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
-        // NaN or infinity: not less than infinity
-        if (_mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ)) return -1;
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        if (!isfinite(id)) id = 0.0f;
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtsepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
-        out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-        out[b].bias = offset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-    }
-#endif
-    return quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
-}
-
-// outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
-// of one type and width that share the input x; xq holds n * cols / QK
-// ActBlocks. One parallel region: the threads quantize the positions once,
-// then take the row groups of all the matrices in chunks as they finish
-// (on a shared machine two threads do not run equally fast), so each
-// weight is read once and no thread idles while work is left.
-// -1 if x holds a value that is not finite (the float kernels take it).
-static int matmat_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
-    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), total = 0, bad = 0;
-    for (int i = 0; i < count; i++) total += row_groups(ms[i]);
-    #pragma omp parallel reduction(| : bad)
-    {
-        int t, gi;
-        #pragma omp for schedule(static)
-        for (t = 0; t < n; t++) bad |= quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type) != 0;
-        #pragma omp for schedule(dynamic, n >= PACKED_TOKENS ? 1 : 8) // about a microsecond of work a turn
-        for (gi = 0; gi < total; gi++) {
-            int i = 0, g = gi;
-            while (g >= row_groups(ms[i])) g -= row_groups(ms[i++]);
-            const Matrix *m = ms[i];
-            int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
-            for (t = 0; t < n; t += PACKED_TOKENS) {
-                float *o = outs[i] + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
-                int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
-#if PACKED_KERNELS
-                if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
-#endif
-                packed_group_ref(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
-            }
-        }
-    }
-    return bad ? -1 : 0;
-}
-
-// The model's matrices: 7 per layer (wq wk wv wo w1 w2 w3), then the classifier.
-static Matrix *model_matrix(TransformerWeights *w, int n_layers, int i) {
-    if (i == 7 * n_layers) return &w->wcls;
-    LayerWeights *lw = &w->layers[i / 7];
-    Matrix *layer[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-    return layer[i % 7];
-}
-
-// Packs every Q8_0/Q4_0 matrix (pack_matrix) into one allocation where the
-// packed kernels exist; the copy replaces the mapped original in memory.
-static int pack_weights(Transformer *t, const char *path) {
-    if (!PACKED_KERNELS) return 0;
-    int n_matrices = 7 * t->config.n_layers + 1;
-    size_t total = 0;
-    for (int i = 0; i < n_matrices; i++) {
-        const Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
-        if (m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) total += (packed_size(m) + 63) / 64 * 64;
-    }
-    if (total == 0) return 0;
-    if (posix_memalign((void **)&t->packed, 64, total) != 0) {
-        t->packed = NULL;
-        return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
-    }
-    size_t at = 0, page = (size_t)sysconf(_SC_PAGESIZE);
-    for (int i = 0; i < n_matrices; i++) {
-        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
-        if (m->type != TYPE_Q8_0 && m->type != TYPE_Q4_0) continue;
-        m->packed = t->packed + at;
-        pack_matrix(t->packed + at, m);
-        at += (packed_size(m) + 63) / 64 * 64;
-        // the original's pages leave memory (they stay mapped, and come back if read)
-        uintptr_t start = (uintptr_t)m->data / page * page;
-        madvise((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols), MADV_DONTNEED);
-    }
-    return 0;
-}
-
-static void matmul_typed(float *out, const float *x, const Matrix *m) {
-    if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmul_q8(out, x, m) == 0) return;
-    size_t row_bytes = type_row_bytes(m->type, m->cols);
+// out (rows) = w (rows, cols) @ x (cols): the plain matrix product, which
+// every fast one is tested against. Sums in order, one row at a time.
+static void matmul_f32_plain(float *out, const float *x, const float *w, int rows, int cols) {
     int i;
     #pragma omp parallel for private(i)
-    for (i = 0; i < m->rows; i++) {
-        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
-        out[i] = m->type == TYPE_F16 || m->type == TYPE_BF16 ? dot_f16(row, x, m->cols, m->type == TYPE_BF16)
-                                                             : dot_quantized(row, x, m->cols, m->type);
-    }
-}
-
-// out (m.rows) = m (m.rows, m.cols) @ x (m.cols); xq: room for m.cols / QK
-// ActBlocks (RunState's), used by packed matrices.
-static void matmul(float *out, const float *x, const Matrix *m, ActBlock *xq) {
-    if (m->type == TYPE_F32) matmul_f32(out, x, m->data, m->rows, m->cols);
-    else if (m->packed && matmat_packed(&out, &m, 1, x, 1, xq) == 0) return;
-    else matmul_typed(out, x, m);
-}
-
-// out (n, m.rows) = x (n, m.cols) @ m^T: n positions at once; scratch holds
-// (n rounded up to TILE_TOKENS) * m.cols floats (RunState's bxt), xq
-// n * m.cols / QK ActBlocks (RunState's xq).
-static void matmat(float *out, const float *x, int n, const Matrix *m, float *scratch, ActBlock *xq) {
-    if (m->type == TYPE_F32) matmat_f32(out, x, n, m->data, m->rows, m->cols, scratch);
-    else if (m->packed && matmat_packed(&out, &m, 1, x, n, xq) == 0) return;
-    else if ((m->type == TYPE_Q8_0 || m->type == TYPE_Q4_0) && !use_plain_kernels && matmat_q8(out, x, n, m) == 0) return;
-    else for (int t = 0; t < n; t++) matmul_typed(out + (size_t)t * m->rows, x + (size_t)t * m->cols, m);
-}
-
-// outs[i] = x (n positions) @ ms[i]^T for count (<= 3) matrices that share
-// the input x (wq wk wv; w1 w3): packed matrices of one type go through one
-// parallel region with x quantized once; otherwise one product each.
-static void project(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, RunState *s) {
-    int together = 1;
-    for (int i = 0; i < count; i++) together &= ms[i]->packed != NULL && ms[i]->type == ms[0]->type;
-    if (together && matmat_packed(outs, ms, count, x, n, s->xq) == 0) return;
-    for (int i = 0; i < count; i++) {
-        if (n == 1) matmul(outs[i], x, ms[i], s->xq);
-        else matmat(outs[i], x, n, ms[i], s->bxt, s->xq);
+    for (i = 0; i < rows; i++) {
+        const float *row = w + (size_t)i * cols;
+        float sum = 0.0f;
+        for (int j = 0; j < cols; j++) sum += row[j] * x[j];
+        out[i] = sum;
     }
 }
 
@@ -1985,7 +316,6 @@ static void rope(float *x, int n_heads, int head_size, const float *cos_t, const
         }
     }
 }
-
 
 /* ----------------------------------------------------------------------------
    Forward: forward() runs one token at position pos and returns the logits
@@ -2030,7 +360,7 @@ float *forward(Transformer *t, int token, int pos) {
     t->n_forward++;
     if (t->trace) fprintf(t->trace, "%d\n", token);
 
-    matrix_row(s->x, &w->token_embedding, token);
+    dequantize_row(s->x, &w->token_embedding, token);
     rope_angles(s->rope_cos, s->rope_sin, pos, hs, c->rope_theta);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -2041,7 +371,7 @@ float *forward(Transformer *t, int token, int pos) {
 
         // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
-        project((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, s);
+        matmul_shared((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, &s->mm);
         rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
         rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
@@ -2049,23 +379,23 @@ float *forward(Transformer *t, int token, int pos) {
         #pragma omp parallel for private(h)
         for (h = 0; h < c->n_heads; h++)
             attention_head(t, l, h, pos, s->q + (size_t)h * hs, s->att + (size_t)h * c->seq_len, s->xb + (size_t)h * hs);
-        matmul(s->xb2, s->xb, &lw->wo, s->xq);
+        matmul(s->xb2, s->xb, 1, &lw->wo, &s->mm);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm(s->xb, s->x, lw->rms_ffn, dim, c->norm_eps);
-        project((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, 1, s);
+        matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, 1, &s->mm);
         swiglu(s->hb, s->hb2, c->hidden_dim);
-        matmul(s->xb2, s->hb, &lw->w2, s->xq);
+        matmul(s->xb2, s->hb, 1, &lw->w2, &s->mm);
         for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
     }
     rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    matmul(s->logits, s->x, &w->wcls, s->xq);
+    matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
     return s->logits;
 }
 
 /* Batched forward (prefill): n tokens at positions pos..pos+n-1, BATCH at
-   a time. Every matrix multiplies a whole block of positions (matmat), so
+   a time. Every matrix multiplies a whole block of positions at once, so
    its weights are read once per block; each position attends causally to
    the cache, which already holds the block's earlier positions. Same
    arithmetic as forward, up to the order of additions. */
@@ -2100,7 +430,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     t->n_forward += n;
     for (int i = 0; i < n; i++) {
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
-        matrix_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
+        dequantize_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
         rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, hs, c->rope_theta);
     }
 
@@ -2112,7 +442,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
 
         // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
-        project((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, s);
+        matmul_shared((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, &s->mm);
         int i;
         #pragma omp parallel for private(i) schedule(static)
         for (i = 0; i < n; i++) {
@@ -2127,24 +457,24 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             for (i = 0; i < n; i++)
                 attention_head(t, l, h, pos + i, s->bq + (size_t)i * q_dim + (size_t)h * hs,
                                s->att + (size_t)h * c->seq_len, s->bxb + (size_t)i * dim + (size_t)h * hs);
-        matmat(s->bxb2, s->bxb, n, &lw->wo, s->bxt, s->xq);
+        matmul(s->bxb2, s->bxb, n, &lw->wo, &s->mm);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
         rmsnorm_rows(s->bxb, s->bx, lw->rms_ffn, n, dim, c->norm_eps);
-        project((float *[]){s->bhb, s->bhb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->bxb, n, s);
+        matmul_shared((float *[]){s->bhb, s->bhb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->bxb, n, &s->mm);
         swiglu_rows(s->bhb, s->bhb2, n, c->hidden_dim);
-        matmat(s->bxb2, s->bhb, n, &lw->w2, s->bxt, s->xq);
+        matmul(s->bxb2, s->bhb, n, &lw->w2, &s->mm);
         add_rows(s->bx, s->bxb2, (size_t)n * dim);
     }
 
     // the classifier only where logits are wanted
     if (logits_out) {
         rmsnorm_rows(s->bx, s->bx, w->rms_final, n, dim, c->norm_eps);
-        matmat(logits_out, s->bx, n, &w->wcls, s->bxt, s->xq);
+        matmul(logits_out, s->bx, n, &w->wcls, &s->mm);
     } else if (want_last) {
         rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
-        matmul(s->logits, s->x, &w->wcls, s->xq);
+        matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
     }
 }
 
@@ -2284,133 +614,6 @@ static int tokenizer_alloc(Tokenizer *tk, int vocab_size) {
     return tk->vocab && tk->piece_len && tk->scores && tk->kind ? 0 : -1;
 }
 
-// The vocabulary of a GGUF file: tokenizer.ggml.* arrays, pieces spelled
-// with U+2581, which become spaces here as in tokenizer.bin.
-static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
-    size_t len;
-    const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
-    if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
-    if (len != 5 || memcmp(model, "llama", 5) != 0)
-        return fail("%s: tokenizer '%.*s' is not supported (only SentencePiece, 'llama')", path,
-                    (int)(len < 64 ? len : 64), model);
-    const GgufValue *tokens = gguf_find(g, "tokenizer.ggml.tokens");
-    const GgufValue *scores = gguf_find(g, "tokenizer.ggml.scores");
-    const GgufValue *types = gguf_find(g, "tokenizer.ggml.token_type");
-    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem_type != GGUF_STRING)
-        return fail("%s: tokenizer.ggml.tokens is missing", path);
-    if (tokens->count != (uint64_t)vocab_size)
-        return fail("%s: tokenizer has %llu tokens but the model has vocab_size %d (tokenizer of another model?)",
-                    path, (unsigned long long)tokens->count, vocab_size);
-    if ((scores && (scores->type != GGUF_ARRAY || scores->elem_type != GGUF_F32 || scores->count != tokens->count)) ||
-        (types && (types->type != GGUF_ARRAY || (types->elem_type != GGUF_I32 && types->elem_type != GGUF_U32) ||
-                   types->count != tokens->count)))
-        return fail("%s: tokenizer.ggml.scores or token_type does not match the tokens", path);
-    if (tokenizer_alloc(tk, vocab_size) != 0) return fail("%s: out of memory", path);
-    const unsigned char *p = tokens->elems; // checked by gguf_parse
-    for (int i = 0; i < vocab_size; i++) {
-        size_t n = (size_t)read_u64(p);
-        const char *piece = (const char *)p + 8;
-        p += 8 + n;
-        char *out = tk->vocab[i] = malloc(n + 1);
-        if (!out) return fail("%s: out of memory", path);
-        size_t k = 0;
-        for (size_t j = 0; j < n; j++) {
-            if (j + 2 < n && memcmp(piece + j, "\xE2\x96\x81", 3) == 0) { out[k++] = ' '; j += 2; }
-            else out[k++] = piece[j];
-        }
-        out[k] = '\0';
-        tk->piece_len[i] = (int)k;
-        tk->scores[i] = scores ? read_f32(scores->elems + 4 * (size_t)i) : 0.0f;
-        int type = types ? read_i32(types->elems + 4 * (size_t)i) : 0;
-        // user-defined pieces (4) merge like normal ones; unused ones (5) never
-        tk->kind[i] = type == 1 || type == 4 ? TOKEN_NORMAL : type == 2 ? TOKEN_UNKNOWN : type == 3 || type == 5 ? TOKEN_CONTROL
-                    : type == 6 && is_byte_piece(out, (int)k) ? TOKEN_BYTE : guess_kind(out, (int)k);
-    }
-    if (index_vocab(tk) != 0) return fail("%s: out of memory", path);
-    int64_t bos, eos, add_bos, add_prefix;
-    if (gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &bos) || gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &eos) ||
-        gguf_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos) ||
-        gguf_int(g, "tokenizer.ggml.add_space_prefix", 1, &add_prefix) || bos < 0 || bos >= vocab_size || eos < 0 ||
-        eos >= vocab_size)
-        return fail("%s: tokenizer.ggml BOS/EOS ids or flags are invalid", path);
-    tk->bos_id = (int)bos;
-    tk->eos_id = (int)eos;
-    tk->ids_known = 1;
-    tk->add_bos = add_bos != 0;
-    tk->add_dummy_prefix = add_prefix != 0;
-    const char *template = gguf_string(g, "tokenizer.chat_template", &len);
-    if (template) {
-        tk->chat_template = 0;
-        for (size_t i = 0; i + 6 <= len; i++)
-            if (memcmp(template + i, "[INST]", 6) == 0) tk->chat_template = 1;
-    }
-    return 0;
-}
-
-static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) {
-    void *map;
-    size_t size;
-    if (map_file(path, &map, &size) != 0) return -1;
-    Gguf g;
-    int err = gguf_parse(&g, map, size, path);
-    if (!err) {
-        err = gguf_vocab(tk, &g, path, vocab_size);
-        gguf_free(&g);
-    }
-    munmap(map, size);
-    if (err) tokenizer_close(tk);
-    return err;
-}
-
-// Reads a tokenizer that must hold exactly vocab_size tokens (the model's):
-// llama2.c's tokenizer.bin, or the vocabulary inside a GGUF file.
-int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
-    memset(tk, 0, sizeof *tk);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail("%s: cannot open: %s", path, strerror(errno));
-    unsigned char magic[4];
-    int is_gguf = fread(magic, 1, 4, f) == 4 && (uint32_t)read_i32(magic) == GGUF_MAGIC;
-    rewind(f);
-    if (is_gguf) { fclose(f); return tokenizer_open_gguf(tk, path, vocab_size); }
-    if (tokenizer_alloc(tk, vocab_size) != 0) { fclose(f); return fail("%s: out of memory", path); }
-    if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
-    unsigned char word[4];
-    int err = 0;
-    if (fread(word, 1, 4, f) != 4) err = fail("%s: too short for a tokenizer (no header)", path);
-    for (int i = 0; i < vocab_size && !err; i++) {
-        unsigned char entry[8];
-        if (fread(entry, 1, 8, f) != 8) {
-            err = fail("%s: ends after %d tokens but the model has vocab_size %d (tokenizer of another model?)",
-                       path, i, vocab_size);
-            break;
-        }
-        tk->scores[i] = read_f32(entry);
-        int len = read_i32(entry + 4);
-        if (len < 0 || len > 65536 || !isfinite(tk->scores[i])) {
-            err = fail("%s: token %d has a bad length %d or score", path, i, len);
-            break;
-        }
-        tk->vocab[i] = malloc((size_t)len + 1);
-        if (!tk->vocab[i]) { err = fail("%s: out of memory", path); break; }
-        if (fread(tk->vocab[i], 1, (size_t)len, f) != (size_t)len) {
-            err = fail("%s: ends inside token %d of %d (truncated)", path, i, vocab_size);
-            break;
-        }
-        tk->vocab[i][len] = '\0';
-        tk->piece_len[i] = len;
-        tk->kind[i] = guess_kind(tk->vocab[i], len);
-    }
-    if (!err && fgetc(f) != EOF)
-        err = fail("%s: holds more tokens than the model's vocab_size %d (tokenizer of another model?)",
-                   path, vocab_size);
-    fclose(f);
-    if (!err && index_vocab(tk) != 0) err = fail("%s: out of memory", path);
-    if (err) tokenizer_close(tk);
-    return err;
-}
-
 // Bytes in the UTF-8 character that starts with byte c (1 for a stray byte).
 static int utf8_length(unsigned char c) {
     if (c < 0x80) return 1;
@@ -2467,7 +670,7 @@ static void queue_merge(const Tokenizer *tk, const char *text, const Symbol *sym
     if (left < 0 || sym[left].next < 0) return;
     int len = sym[left].len + sym[sym[left].next].len;
     int id = lookup_piece(tk, text + sym[left].start, (size_t)len);
-    if (id >= 0) heap_push(heap, n_heap, (Merge){tk->scores[id], left, len});
+    if (id >= 0) heap_push(heap, n_heap, (Merge){.score = tk->scores[id], .left = left, .len = len});
 }
 
 // SentencePiece's normalizer (identity rules), writing into out (room for
@@ -2512,7 +715,7 @@ int encode(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos
     int n_sym = 0, n_heap = 0;
     for (size_t i = 0; i < n; n_sym++) { // one symbol per UTF-8 character
         int clen = utf8_char((const unsigned char *)s + i, n - i);
-        sym[n_sym] = (Symbol){(int)i, clen, n_sym - 1, n_sym + 1};
+        sym[n_sym] = (Symbol){.start = (int)i, .len = clen, .prev = n_sym - 1, .next = n_sym + 1};
         i += (size_t)clen;
     }
     if (n_sym > 0) sym[n_sym - 1].next = -1;
@@ -2670,7 +873,7 @@ int sampler_candidates(Sampler *s, float *logits, const int *recent, int n_recen
     if (p->min_p > 0.0f && p->min_p * p_max > cutoff) cutoff = p->min_p * p_max;
     int kept = 0;
     for (int i = 0; i < n; i++)
-        if (logits[i] >= cutoff) s->candidates[kept++] = (ProbIndex){logits[i], i};
+        if (logits[i] >= cutoff) s->candidates[kept++] = (ProbIndex){.prob = logits[i], .index = i};
     qsort(s->candidates, (size_t)kept, sizeof(ProbIndex), compare_prob_desc);
     if (p->top_k > 0 && p->top_k < kept) kept = p->top_k;
     if (p->top_p < 1.0f) { // the smallest prefix whose mass reaches top_p
@@ -2783,7 +986,7 @@ static double now_seconds(void) {
 }
 
 /* ----------------------------------------------------------------------------
-   Modes */
+   The loops: generate, tokenize, logits (here) and chat (after them). */
 
 // 1 if the two paths name the same existing file.
 int same_file(const char *a, const char *b) {
@@ -2818,7 +1021,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     if (!history) { free(tokens); return fail("out of memory"); }
 
     // the prompt in blocks (positions 0..n_prompt-1), then echoed
-    TextOut text = {out, {0}, 0};
+    TextOut text = {.out = out};
     double start = now_seconds();
     float *logits = forward_batch(t, tokens, n_prompt, 0, NULL);
     double prompt_done = now_seconds();
@@ -2929,281 +1132,8 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
     return err;
 }
 
-/* Benchmark (-m bench): prompt processing and generation speed, and next to
-   them the machine's own ceilings measured with the same threads: read
-   bandwidth (summing a 1 GiB array) and fp32 FMA throughput (independent
-   multiply-add chains). The machine may be shared, so each of BENCH_RUNS
-   rounds measures both ceilings right before the model runs, and every
-   figure is a median over the rounds. Then, for F32 weights, the same runs
-   with the plain kernels (the "before"). */
-
-#define BENCH_RUNS 5
-#define BENCH_PROMPT 128 // prompt tokens, fed in blocks
-#define BENCH_GENERATE 128 // tokens generated one at a time after the prompt
-#define BENCH_ARRAY_BYTES ((size_t)1 << 30)
-
-static volatile float bench_sink; // results the compiler must not drop
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The 1-minute load average (Linux), or -1: other work on the machine makes
-// every figure noisy, and spinning OpenMP threads suffer most.
-static double load_average(void) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double load = -1.0;
-    if (f && fscanf(f, "%lf", &load) != 1) load = -1.0;
-    if (f) fclose(f);
-    return load;
-}
-
-static int bench_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-// A 1 GiB array holding 0, 1, 2, ...; each thread touches the pages it will read.
-static uint64_t *bench_array(void) {
-    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
-    uint64_t *a = malloc(BENCH_ARRAY_BYTES);
-    if (!a) return NULL;
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < n; i++) a[i] = i;
-    return a;
-}
-
-// Read bandwidth in GB/s: one pass summing the array (as 64-bit integers,
-// which vectorize), split across the threads; 0 if the sum is wrong.
-static double read_bandwidth(const uint64_t *a) {
-    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
-    uint64_t sum = 0;
-    double start = now_seconds();
-    #pragma omp parallel for private(i) schedule(static) reduction(+ : sum)
-    for (i = 0; i < n; i++) sum += a[i];
-    double seconds = now_seconds() - start;
-    return sum == (uint64_t)n * (n - 1) / 2 ? BENCH_ARRAY_BYTES / seconds / 1e9 : 0.0;
-}
-
-// fp32 FMA throughput in GFLOP/s: each thread runs FMA_CHAINS chains of
-// SIMD_FLOATS-wide multiply-adds (2 flops per lane).
-static double fma_peak(void) {
-    long iters = 10000000;
-    float sum = 0.0f;
-    double start = now_seconds();
-    #pragma omp parallel reduction(+ : sum)
-    sum += fma_chains(iters, 1e-3f);
-    double seconds = now_seconds() - start;
-    bench_sink += sum;
-    return 2.0 * FMA_CHAINS * SIMD_FLOATS * (double)iters * bench_threads() / seconds / 1e9;
-}
-
-// Bytes of the layers' matrices plus the classifier: what a generated token reads.
-static double weight_bytes(const Transformer *t) {
-    const Config *c = &t->config;
-    const LayerWeights *lw = &t->weights.layers[0];
-    const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-    double layer = 0.0;
-    for (int i = 0; i < 7; i++) layer += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
-    const Matrix *cls = &t->weights.wcls;
-    return c->n_layers * layer + (double)cls->rows * type_row_bytes(cls->type, cls->cols);
-}
-
-// Multiply-adds in one layer's matrices (per position).
-static double layer_macs(const Config *c) {
-    double q_dim = (double)c->n_heads * c->head_size;
-    return q_dim * c->dim * 2 + 2.0 * kv_dim(c) * c->dim + 3.0 * c->hidden_dim * c->dim;
-}
-
-typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
-
-// One run from position 0: the prompt as a batch, then greedy generation.
-static void bench_model(Transformer *t, const int *prompt, int n_prompt, int n_generate, BenchRound *r) {
-    double start = now_seconds();
-    float *logits = forward_batch(t, prompt, n_prompt, 0, NULL);
-    double prompt_done = now_seconds();
-    for (int i = 0; i < n_generate; i++) logits = forward(t, argmax(logits, t->config.vocab_size), n_prompt + i);
-    r->prompt_tps = n_prompt / (prompt_done - start);
-    r->generate_tps = n_generate / (now_seconds() - prompt_done);
-}
-
-// Medians over BENCH_RUNS rounds; the ceilings too when array is given.
-static BenchRound bench_rounds(Transformer *t, const int *prompt, int n_prompt, int n_generate, const uint64_t *array) {
-    double p[BENCH_RUNS], g[BENCH_RUNS], b[BENCH_RUNS], f[BENCH_RUNS];
-    for (int run = 0; run < BENCH_RUNS; run++) {
-        BenchRound r = {0, 0, 0, 0};
-        if (array) { r.bandwidth = read_bandwidth(array); r.peak = fma_peak(); }
-        bench_model(t, prompt, n_prompt, n_generate, &r);
-        p[run] = r.prompt_tps, g[run] = r.generate_tps, b[run] = r.bandwidth, f[run] = r.peak;
-    }
-    return (BenchRound){median(p, BENCH_RUNS), median(g, BENCH_RUNS), median(b, BENCH_RUNS), median(f, BENCH_RUNS)};
-}
-
-int bench_mode(Transformer *t, const char *path) {
-    const Config *c = &t->config;
-    int n_prompt = c->seq_len / 2 < BENCH_PROMPT ? c->seq_len / 2 : BENCH_PROMPT;
-    int n_generate = c->seq_len - n_prompt < BENCH_GENERATE ? c->seq_len - n_prompt : BENCH_GENERATE;
-    if (n_prompt < 1 || n_generate < 1) return fail("%s: context of %d is too short to benchmark", path, c->seq_len);
-    int prompt[BENCH_PROMPT];
-    uint64_t state = 42;
-    for (int i = 0; i < n_prompt; i++) prompt[i] = i == 0 ? c->bos_id : (int)(random_u32(&state) % (uint32_t)c->vocab_size);
-
-    // what one generated token reads (the cache averaged over the generated
-    // positions); the work of the prompt: matrices, attention, one classifier row
-    double weights = weight_bytes(t);
-    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * (t->state.key_cache ? sizeof(float) : sizeof(uint16_t));
-    double kv_read = kv_per_position * (n_prompt + 1 + (n_generate - 1) / 2.0);
-    double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
-    double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
-
-    double load_before = load_average();
-    BenchRound warm;
-    bench_model(t, prompt, n_prompt, n_generate, &warm); // pages the weights in
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage); // before the bandwidth array
-    double rss_mb = usage.ru_maxrss / 1024.0;
-    uint64_t *array = bench_array();
-    if (!array) return fail("out of memory for the bandwidth test");
-    BenchRound fast = bench_rounds(t, prompt, n_prompt, n_generate, array);
-    free(array);
-    // the plain kernels' "before", for F32 weights up to 1 GB (beyond, it would take many minutes)
-    BenchRound plain = {0, 0, 0, 0};
-    if (c->weight_type == TYPE_F32 && weights <= 1e9) {
-        use_plain_kernels = 1;
-        plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
-        use_plain_kernels = 0;
-    }
-
-    double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
-    double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
-    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    char plain_prompt[64] = "", plain_generate[64] = "", plain_cells[64] = "- | -";
-    if (plain.prompt_tps > 0) {
-        snprintf(plain_prompt, sizeof plain_prompt, " (plain kernels %.1f tok/s: %.1fx)", plain.prompt_tps,
-                 fast.prompt_tps / plain.prompt_tps);
-        snprintf(plain_generate, sizeof plain_generate, " (plain kernels %.1f tok/s: %.1fx)", plain.generate_tps,
-                 fast.generate_tps / plain.generate_tps);
-        snprintf(plain_cells, sizeof plain_cells, "%.1f | %.1f", plain.prompt_tps, plain.generate_tps);
-    }
-    printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
-           type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6,
-           bench_threads(), SIMD_NAME, BENCH_RUNS);
-    printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
-    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s\n", n_prompt, fast.prompt_tps,
-           prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
-    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth%s\n", n_generate,
-           fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain_generate);
-    printf("  peak RSS %.0f MB; load average %.2f before, %.2f after\n", rss_mb, load_before, load_average());
-    printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %s | %.1f | %.1f |\n", name, bench_threads(),
-           fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb,
-           plain_cells, fast.bandwidth, fast.peak);
-    return 0;
-}
-
-/* Quantize: rewrites a checkpoint (any format run.c reads) in our format with
-   its matrices in F32, F16, Q8_0 or Q4_0, rounding as GGUF does. Norms stay
-   F32. */
-
-// Writes zeros up to the next multiple of RUNC_ALIGN.
-static int write_padding(FILE *f) {
-    static const char zeros[RUNC_ALIGN];
-    long at = ftell(f);
-    size_t pad = at < 0 ? 0 : (RUNC_ALIGN - (size_t)at % RUNC_ALIGN) % RUNC_ALIGN;
-    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : fail("write failed: %s", strerror(errno));
-}
-
-static int write_floats(FILE *f, const float *x, int n) {
-    return fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n ? 0 : fail("write failed: %s", strerror(errno));
-}
-
-static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
-    size_t bytes = type_row_bytes(type, m->cols);
-    for (int i = 0; i < m->rows; i++) {
-        matrix_row(row, m, i);
-        if (quantize_row(out, row, m->cols, type) != 0) return fail("a weight is not finite (NaN or infinity)");
-        if (fwrite(out, 1, bytes, f) != bytes) return fail("write failed: %s", strerror(errno));
-    }
-    return 0;
-}
-
-// The tensors of our format, in order (README), each aligned.
-static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
-    const Config *c = &t->config;
-    const TransformerWeights *w = &t->weights;
-    int err = write_padding(f); // each tensor is aligned; its layers follow back to back
-    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_att, c->dim);
-    err = err || write_padding(f);
-    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
-    err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
-    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
-    for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
-        err = write_padding(f);
-        for (int l = 0; l < c->n_layers && !err; l++) {
-            const LayerWeights *lw = &w->layers[l];
-            const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], type, row, out);
-        }
-    }
-    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
-    return err ? -1 : 0;
-}
-
-static void put_i32(unsigned char *p, int32_t v) {
-    uint32_t u = (uint32_t)v;
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
-}
-
-// Writes t to out_path in our format with matrices of the given type. The
-// file appears only when complete (written beside it, then renamed).
-int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
-    const Config *c = &t->config;
-    if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
-    unsigned char header[RUNC_HEADER_SIZE] = {0};
-    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
-                        c->seq_len, c->head_size};
-    put_i32(header, (int32_t)RUNC_MAGIC);
-    for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
-    memcpy(header + 40, &c->rope_theta, 4);
-    memcpy(header + 44, &c->norm_eps, 4);
-    put_i32(header + 48, c->shared_classifier);
-    put_i32(header + 52, c->bos_id);
-    put_i32(header + 56, c->eos_id);
-    put_i32(header + 60, type);
-
-    size_t tmp_len = strlen(out_path) + 16;
-    char *tmp = malloc(tmp_len);
-    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    float *row = malloc((size_t)widest * sizeof(float));
-    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
-    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
-    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
-    snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
-    if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
-        err = fail("%s: write failed: %s", out_path, strerror(errno));
-    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
-        char why[sizeof error_message];
-        snprintf(why, sizeof why, "%s", error_message);
-        err = fail("%s: %s", out_path, why);
-    }
-    if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
-    if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
-    if (err && f) remove(tmp);
-    free(tmp); free(row); free(out);
-    return err;
-}
-
-/* Chat: Llama 2's format. The first turn in the context carries the system
+/* ----------------------------------------------------------------------------
+   Chat: Llama 2's format. The first turn in the context carries the system
    prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
    turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
    context. The KV cache holds the conversation, so a turn costs only its own
@@ -3308,7 +1238,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
     int *reply = malloc(((size_t)limit + 1) * sizeof(int));
     if (!reply) { fail("out of memory"); return NULL; }
-    TextOut text = {stdout, {0}, 0};
+    TextOut text = {.out = stdout};
     int n = 0, prev = -1; // -1: a reply keeps its leading space
     while (n < limit && !interrupted) {
         if (!logits_finite(logits, c->vocab_size)) {
@@ -3357,7 +1287,7 @@ static int chat_turn(Chat *chat, const char *user) {
     float *logits = feed_context(chat);
     printf("Assistant: ");
     Turn *turn = &chat->turns[chat->n_turns];
-    *turn = (Turn){saved, NULL, 0};
+    *turn = (Turn){.user = saved};
     turn->reply = chat_reply(chat, logits, &turn->n_reply);
     if (!turn->reply) { free(saved); return -1; }
     chat->n_turns++;
@@ -3401,7 +1331,7 @@ static void free_chat(Chat *chat) {
 // The interactive loop; ends cleanly (0) at end of input.
 int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
                      const char *first_message, int max_reply) {
-    Chat chat = {t, tk, sampler, system, max_reply, NULL, 0, 0, NULL, 0, 0};
+    Chat chat = {.t = t, .tk = tk, .sampler = sampler, .system = system, .max_reply = max_reply};
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
     if (!chat.context) return fail("out of memory");
     char *asked_system = NULL;
@@ -3428,8 +1358,2342 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
     return err;
 }
 
+/* ============================================================================
+   PART 2: THE ENGINE ROOM
+   ============================================================================ */
+
 /* ----------------------------------------------------------------------------
-   Command line */
+   Capabilities: the SIMD instructions this build may use, from the
+   compiler's target (make passes -march=native). Every SIMD region below
+   tests these names and nothing else, and each has a portable fallback.
+     HAVE_AVX2         AVX2 + FMA + F16C (x86-64-v3)
+     HAVE_AVX512       AVX-512 F, BW and VL, on top of AVX2
+     HAVE_AVX512_VNNI  AVX-512 VNNI: the packed integer kernels
+     HAVE_AVX_VNNI     the 256-bit VNNI of AVX-VNNI (Alder Lake on)
+     HAVE_NEON         ARM64's Advanced SIMD
+     HAVE_DOTPROD      ARM's SDOT (armv8.2-a+dotprod) */
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define HAVE_AVX2 1
+#include <immintrin.h>
+#else
+#define HAVE_AVX2 0
+#endif
+#if HAVE_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HAVE_AVX512 1
+#else
+#define HAVE_AVX512 0
+#endif
+#if HAVE_AVX512 && defined(__AVX512VNNI__)
+#define HAVE_AVX512_VNNI 1
+#else
+#define HAVE_AVX512_VNNI 0
+#endif
+#if HAVE_AVX2 && defined(__AVXVNNI__)
+#define HAVE_AVX_VNNI 1
+#else
+#define HAVE_AVX_VNNI 0
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define HAVE_NEON 1
+#include <arm_neon.h>
+#else
+#define HAVE_NEON 0
+#endif
+#if HAVE_NEON && defined(__ARM_FEATURE_DOTPROD)
+#define HAVE_DOTPROD 1
+#else
+#define HAVE_DOTPROD 0
+#endif
+
+// Blocks are read through typed structs, and GGUF is little-endian.
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "run.c reads little-endian files on a little-endian host");
+
+// 1: every matrix product runs the plain twins (the benchmark's "before",
+// and the tests).
+static int use_plain_kernels = 0;
+
+/* ----------------------------------------------------------------------------
+   Number formats: IEEE half precision (fp16) and bfloat16, the scales of
+   quantized blocks and the values of F16/BF16 weights and the fp16 KV cache.
+   Conversions to half round to nearest even. */
+
+// IEEE half precision to float, portably (denormals, infinities, NaN).
+static float f16_to_f32_plain(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0x1F) bits = sign | 0x7F800000u | mant << 13;
+    else if (exp != 0) bits = sign | (exp + 112) << 23 | mant << 13;
+    else if (mant == 0) bits = sign;
+    else { // a denormal half is a normal float
+        exp = 113;
+        while (!(mant & 0x400)) { mant <<= 1; exp--; }
+        bits = sign | exp << 23 | (mant & 0x3FF) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// The same in one instruction where the build has one (F16C; AArch64
+// converts half precision in hardware, denormals included).
+static float f16_to_f32(uint16_t h) {
+#if HAVE_AVX2
+    return _cvtsh_ss(h);
+#elif HAVE_NEON
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+#else
+    return f16_to_f32_plain(h);
+#endif
+}
+
+// Float to IEEE half, rounding to nearest even.
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7FFFFF;
+    int exp = (int)((x >> 23) & 0xFF);
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00 | (mant ? 0x200 : 0));
+    int e = exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7C00);
+    int shift = 13;
+    uint32_t half;
+    if (e <= 0) { // a half denormal
+        if (e < -10) return (uint16_t)sign;
+        mant |= 0x800000;
+        shift = 14 - e;
+        half = mant >> shift;
+    } else {
+        half = (uint32_t)e << 10 | mant >> 13;
+    }
+    uint32_t rest = mant & ((1u << shift) - 1), middle = 1u << (shift - 1);
+    if (rest > middle || (rest == middle && (half & 1))) half++; // a carry rounds up the exponent
+    return (uint16_t)(sign | half);
+}
+
+static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// Little-endian numbers in files.
+static int32_t read_i32(const unsigned char *p) {
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static float read_f32(const unsigned char *p) {
+    int32_t i = read_i32(p);
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+static uint64_t read_u64(const unsigned char *p) {
+    return (uint64_t)(uint32_t)read_i32(p) | (uint64_t)(uint32_t)read_i32(p + 4) << 32;
+}
+
+/* ----------------------------------------------------------------------------
+   Weight types, in the manner of ggml's type traits. A matrix row is a run
+   of blocks of one type, and type_traits[] (after the kernels) has one row
+   per type run.c computes with:
+     block_size, block_bytes  values and bytes per block (typed block structs
+                              below, each with its size asserted)
+     act_type                 the format x is put in for this type's dot
+                              product, as llama.cpp does: TYPE_F32 (x as it
+                              is) or a quantized type (Q8_0 for Q8_0 and Q4_0)
+     dequantize               plain: n values back to floats, the reference
+                              of every kernel (and the embedding lookup)
+     quantize                 n floats to this type, rounding as GGUF's
+                              reference code does (-m quantize, activations)
+     dot_plain, dot           dot(row, x) with x in act_type: the plain twin
+                              and the fast kernel (SIMD where this build has it)
+     packed_bytes             bytes of one block of 16 rows in the packed
+                              layout of the integer kernels; 0: never packed
+   Everything that asks "what kind of weight is this" asks the table: adding
+   a type is one row plus its kernels.
+
+   The table's functions take whole blocks: n is a multiple of block_size.
+   A row of our own format may end in a partial block, stored padded with
+   zeros; the callers (dequantize_row, quantize_padded) pad. */
+
+typedef struct {
+    int block_size;
+    size_t block_bytes;
+    int act_type;
+    void (*dequantize)(float *out, const void *row, int n);
+    void (*quantize)(void *out, const float *x, int n); // NULL: run.c does not write this type
+    float (*dot_plain)(const void *row, const void *x, int n);
+    float (*dot)(const void *row, const void *x, int n);
+    size_t packed_bytes;
+} TypeTraits;
+
+// Q8_0: 32 values, value k = d * qs[k].
+typedef struct {
+    uint16_t d;    // scale, fp16
+    int8_t qs[32];
+} BlockQ8_0;
+_Static_assert(sizeof(BlockQ8_0) == 34, "a Q8_0 block is 34 bytes");
+
+// Q4_0: 32 values, value k = d * (q_k - 8) with q_k in 0..15; byte j holds
+// q_j in its low nibble and q_{j+16} in its high one.
+typedef struct {
+    uint16_t d;    // scale, fp16
+    uint8_t qs[16];
+} BlockQ4_0;
+_Static_assert(sizeof(BlockQ4_0) == 18, "a Q4_0 block is 18 bytes");
+
+#define QK 32 // values per Q8_0 / Q4_0 block
+
+/* F32, F16 and BF16: one value per "block". */
+
+static void dequantize_f32(float *out, const void *row, int n) { memcpy(out, row, (size_t)n * sizeof(float)); }
+static void quantize_f32(void *out, const float *x, int n) { memcpy(out, x, (size_t)n * sizeof(float)); }
+
+// dot(a, b), summed in order.
+static float dot_f32_plain(const float *a, const float *b, int n) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+static float dot_f32_row_plain(const void *row, const void *x, int n) { return dot_f32_plain(row, x, n); }
+static float dot_f32_row(const void *row, const void *x, int n) { return dot_f32(row, x, n); }
+
+static void dequantize_f16(float *out, const void *row, int n) {
+    const uint16_t *h = row;
+    for (int j = 0; j < n; j++) out[j] = f16_to_f32_plain(h[j]);
+}
+static void quantize_f16(void *out, const float *x, int n) {
+    uint16_t *h = out;
+    for (int j = 0; j < n; j++) h[j] = f32_to_f16(x[j]);
+}
+static float dot_f32_f16_plain(const float *a, const uint16_t *b, int n) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += a[j] * f16_to_f32_plain(b[j]);
+    return sum;
+}
+static float dot_f16_row_plain(const void *row, const void *x, int n) { return dot_f32_f16_plain(x, row, n); }
+static float dot_f16_row(const void *row, const void *x, int n) { return dot_f32_f16(x, row, n); }
+
+static void dequantize_bf16(float *out, const void *row, int n) {
+    const uint16_t *h = row;
+    for (int j = 0; j < n; j++) out[j] = bf16_to_f32(h[j]);
+}
+static float dot_bf16_row_plain(const void *row, const void *x, int n) {
+    const uint16_t *h = row;
+    const float *xf = x;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += bf16_to_f32(h[j]) * xf[j];
+    return sum;
+}
+
+/* Q8_0 and Q4_0 (blocks of 32), against x in Q8_0 blocks: integer sums
+   per block, as llama.cpp computes them, then the two blocks' scales. */
+
+// Block i of a Q8_0 or Q4_0 row as its 32 integers; returns its scale.
+static float block_ints(int8_t q[QK], const void *row, int i, int type) {
+    if (type == TYPE_Q8_0) {
+        const BlockQ8_0 *b = (const BlockQ8_0 *)row + i;
+        memcpy(q, b->qs, QK);
+        return f16_to_f32(b->d);
+    }
+    const BlockQ4_0 *b = (const BlockQ4_0 *)row + i;
+    for (int k = 0; k < QK / 2; k++) {
+        q[k] = (int8_t)((b->qs[k] & 0xF) - 8);
+        q[k + QK / 2] = (int8_t)((b->qs[k] >> 4) - 8);
+    }
+    return f16_to_f32(b->d);
+}
+
+static void dequantize_x32(float *out, const void *row, int n, int type) {
+    int8_t q[QK];
+    for (int i = 0; i < n / QK; i++) {
+        float d = block_ints(q, row, i, type);
+        for (int k = 0; k < QK; k++) out[i * QK + k] = d * q[k];
+    }
+}
+static void dequantize_q8_0(float *out, const void *row, int n) { dequantize_x32(out, row, n, TYPE_Q8_0); }
+static void dequantize_q4_0(float *out, const void *row, int n) { dequantize_x32(out, row, n, TYPE_Q4_0); }
+
+// dot(row, x) for a Q8_0 or Q4_0 row and x in Q8_0 blocks: each block's
+// exact integer sum times both scales, added in order.
+static float dot_x32_plain(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
+    int8_t q[QK];
+    float sum = 0.0f;
+    for (int i = 0; i < n_blocks; i++) {
+        float d = block_ints(q, row, i, type);
+        int32_t block_sum = 0;
+        for (int k = 0; k < QK; k++) block_sum += q[k] * x[i].qs[k];
+        sum += d * f16_to_f32(x[i].d) * (float)block_sum;
+    }
+    return sum;
+}
+static float dot_q8_0_plain(const void *row, const void *x, int n) { return dot_x32_plain(row, x, n / QK, TYPE_Q8_0); }
+static float dot_q4_0_plain(const void *row, const void *x, int n) { return dot_x32_plain(row, x, n / QK, TYPE_Q4_0); }
+
+// Q8_0: d = max|x| / 127, q = round(x / d). 1/d overflows for tiny d: such
+// a block quantizes to zeros.
+static void quantize_q8_0(void *out, const float *x, int n) {
+    BlockQ8_0 *b = out;
+    for (int i = 0; i < n / QK; i++) {
+        const float *v = x + (size_t)i * QK;
+        float amax = 0.0f;
+        for (int k = 0; k < QK; k++) amax = fmaxf(amax, fabsf(v[k]));
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        b[i].d = f32_to_f16(d);
+        for (int k = 0; k < QK; k++) b[i].qs[k] = (int8_t)clamp_int((int)roundf(v[k] * id), -128, 127);
+    }
+}
+
+// Q4_0: d = (the value of largest magnitude) / -8, q = x / d + 8 rounded and
+// clamped to 0..15.
+static void quantize_q4_0(void *out, const float *x, int n) {
+    BlockQ4_0 *b = out;
+    for (int i = 0; i < n / QK; i++) {
+        const float *v = x + (size_t)i * QK;
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < QK; k++)
+            if (fabsf(v[k]) > amax) { amax = fabsf(v[k]); max = v[k]; }
+        float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        b[i].d = f32_to_f16(d);
+        for (int k = 0; k < QK / 2; k++) {
+            int lo = clamp_int((int)(v[k] * id + 8.5f), 0, 15), hi = clamp_int((int)(v[k + QK / 2] * id + 8.5f), 0, 15);
+            b[i].qs[k] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
+/* The fast Q8_0/Q4_0 dot products: the same integer sums per block with
+   SIMD, two float sums so that consecutive blocks do not wait for each
+   other (so the result differs from the plain twin only by the order of
+   the float additions). */
+
+#if HAVE_AVX2
+// The sum of the 8 lanes.
+static float sum_m256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// The 32 products of signed bytes w and x, summed in groups of four into
+// 8 int32 lanes: |w| times x with w's sign, the unsigned-by-signed form
+// that VNNI (or maddubs) multiplies. Values are within -127..127.
+static __m256i dot_bytes(__m256i w, __m256i x) {
+    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
+#if HAVE_AVX512_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+#elif HAVE_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+#endif
+}
+
+// acc + block i of a Q8_0 or Q4_0 row times Q8_0 block x, in 8 lanes.
+static __m256 block_dot(const void *row, int i, const BlockQ8_0 *x, int type, __m256 acc) {
+    __m256i w;
+    float d;
+    if (type == TYPE_Q8_0) {
+        const BlockQ8_0 *b = (const BlockQ8_0 *)row + i;
+        w = _mm256_loadu_si256((const __m256i *)b->qs);
+        d = f16_to_f32(b->d);
+    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
+        const BlockQ4_0 *b = (const BlockQ4_0 *)row + i;
+        __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
+        w = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        w = _mm256_sub_epi8(_mm256_and_si256(w, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+        d = f16_to_f32(b->d);
+    }
+    __m256i sums = dot_bytes(w, _mm256_loadu_si256((const __m256i *)x->qs));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d * f16_to_f32(x->d)), _mm256_cvtepi32_ps(sums), acc);
+}
+
+static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 2 <= n_blocks; i += 2) {
+        acc0 = block_dot(row, i, x + i, type, acc0);
+        acc1 = block_dot(row, i + 1, x + i + 1, type, acc1);
+    }
+    if (i < n_blocks) acc0 = block_dot(row, i, x + i, type, acc0);
+    return sum_m256(_mm256_add_ps(acc0, acc1));
+}
+
+#elif HAVE_NEON
+// The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
+// lanes. SDOT does four products and their sum per lane in one
+// instruction; plain NEON widens the products to int16 and adds
+// neighbouring pairs into int32 at once, which no input can overflow
+// (128 * 128 fits int16, the pairs are summed in int32).
+static int32x4_t dot_bytes(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1) {
+#if HAVE_DOTPROD
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+#else
+    int32x4_t sums = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)));
+    sums = vpadalq_s16(sums, vmull_high_s8(w0, x0));
+    sums = vpadalq_s16(sums, vmull_s8(vget_low_s8(w1), vget_low_s8(x1)));
+    return vpadalq_s16(sums, vmull_high_s8(w1, x1));
+#endif
+}
+
+// acc + block i of a Q8_0 or Q4_0 row times Q8_0 block x, in 4 lanes.
+static float32x4_t block_dot(const void *row, int i, const BlockQ8_0 *x, int type, float32x4_t acc) {
+    int8x16_t w0, w1;
+    float d;
+    if (type == TYPE_Q8_0) {
+        const BlockQ8_0 *b = (const BlockQ8_0 *)row + i;
+        w0 = vld1q_s8(b->qs);
+        w1 = vld1q_s8(b->qs + 16);
+        d = f16_to_f32(b->d);
+    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
+        const BlockQ4_0 *b = (const BlockQ4_0 *)row + i;
+        uint8x16_t packed = vld1q_u8(b->qs);
+        w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+        w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+        d = f16_to_f32(b->d);
+    }
+    int32x4_t sums = dot_bytes(w0, w1, vld1q_s8(x->qs), vld1q_s8(x->qs + 16));
+    return vfmaq_n_f32(acc, vcvtq_f32_s32(sums), d * f16_to_f32(x->d));
+}
+
+static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0;
+    int i = 0;
+    for (; i + 2 <= n_blocks; i += 2) {
+        acc0 = block_dot(row, i, x + i, type, acc0);
+        acc1 = block_dot(row, i + 1, x + i + 1, type, acc1);
+    }
+    if (i < n_blocks) acc0 = block_dot(row, i, x + i, type, acc0);
+    return vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+#else
+static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
+    return dot_x32_plain(row, x, n_blocks, type);
+}
+#endif
+
+static float dot_q8_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q8_0); }
+static float dot_q4_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q4_0); }
+
+// The table. A type without a row here is refused by name when a file holds it.
+static const TypeTraits type_traits[TYPE_COUNT] = {
+    [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
+                  .quantize = quantize_f32, .dot_plain = dot_f32_row_plain, .dot = dot_f32_row},
+    [TYPE_F16] = {.block_size = 1, .block_bytes = 2, .act_type = TYPE_F32, .dequantize = dequantize_f16,
+                  .quantize = quantize_f16, .dot_plain = dot_f16_row_plain, .dot = dot_f16_row},
+    [TYPE_BF16] = {.block_size = 1, .block_bytes = 2, .act_type = TYPE_F32, .dequantize = dequantize_bf16,
+                   .dot_plain = dot_bf16_row_plain, .dot = dot_bf16_row_plain},
+    [TYPE_Q8_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ8_0), .act_type = TYPE_Q8_0,
+                   .dequantize = dequantize_q8_0, .quantize = quantize_q8_0, .dot_plain = dot_q8_0_plain,
+                   .dot = dot_q8_0, .packed_bytes = 16 * QK},
+    [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
+                   .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
+                   .dot = dot_q4_0, .packed_bytes = 16 * QK / 2},
+};
+
+// GGML's names, also for the types run.c does not read (messages).
+static const char *type_name(uint32_t type) {
+    static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
+                                  "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
+                                  "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",
+                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+    return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+static int type_supported(int64_t type) { return type >= 0 && type < TYPE_COUNT && type_traits[type].dot; }
+
+// The names of the supported types, for messages ("F32, F16, ...").
+static const char *supported_type_names(void) {
+    static char list[256];
+    if (!list[0])
+        for (int t = 0; t < TYPE_COUNT; t++)
+            if (type_supported(t))
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "", type_name((uint32_t)t));
+    return list;
+}
+
+// cols rounded up to whole blocks of type.
+static int padded_cols(int type, int cols) {
+    int bs = type_traits[type].block_size;
+    return (cols + bs - 1) / bs * bs;
+}
+
+// Bytes one row of cols values takes; rows end in a whole block.
+static size_t type_row_bytes(int type, int cols) {
+    return (size_t)(padded_cols(type, cols) / type_traits[type].block_size) * type_traits[type].block_bytes;
+}
+
+#define MAX_BLOCK 256 // the most values any type's block holds
+
+// Row i of a matrix as floats, for any weight type; a partial last block
+// is decoded whole and cut.
+static void dequantize_row(float *out, const Matrix *m, int i) {
+    const TypeTraits *tt = &type_traits[m->type];
+    const unsigned char *row = (const unsigned char *)m->data + (size_t)i * type_row_bytes(m->type, m->cols);
+    int whole = m->cols / tt->block_size * tt->block_size;
+    tt->dequantize(out, row, whole);
+    if (whole < m->cols) {
+        float block[MAX_BLOCK];
+        tt->dequantize(block, row + (size_t)(whole / tt->block_size) * tt->block_bytes, tt->block_size);
+        memcpy(out + whole, block, (size_t)(m->cols - whole) * sizeof(float));
+    }
+}
+
+// n floats to type (room for type_row_bytes(type, n)), a partial last block
+// padded with zeros.
+static void quantize_padded(void *out, const float *x, int n, int type) {
+    const TypeTraits *tt = &type_traits[type];
+    int whole = n / tt->block_size * tt->block_size;
+    tt->quantize(out, x, whole);
+    if (whole < n) {
+        float block[MAX_BLOCK] = {0};
+        memcpy(block, x + whole, (size_t)(n - whole) * sizeof(float));
+        tt->quantize((unsigned char *)out + (size_t)(whole / tt->block_size) * tt->block_bytes, block, tt->block_size);
+    }
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* ----------------------------------------------------------------------------
+   Float SIMD kernels, chosen at compile time: AVX-512, else AVX2, else NEON,
+   else portable C. Each path of dot_f32 keeps four independent
+   sums (so consecutive multiply-adds do not wait for each other) and handles
+   the n % width tail itself; the result differs from the plain kernel only
+   by the order of the additions. */
+
+#if HAVE_AVX512
+
+// The first n (< 16) lanes set.
+static __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1); }
+
+static float dot_f32(const float *a, const float *b, int n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 64 <= n; j += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 32), _mm512_loadu_ps(b + j + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 48), _mm512_loadu_ps(b + j + 48), s3);
+    }
+    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
+    if (j < n) {
+        __mmask16 m = tail_mask(n - j);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+#elif HAVE_AVX2
+
+static float dot_f32(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 32 <= n; j += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 16), _mm256_loadu_ps(b + j + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 24), _mm256_loadu_ps(b + j + 24), s3);
+    }
+    for (; j + 8 <= n; j += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), s0);
+    float sum = sum_m256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
+#elif HAVE_NEON
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(b + j));
+        s1 = vfmaq_f32(s1, vld1q_f32(a + j + 4), vld1q_f32(b + j + 4));
+        s2 = vfmaq_f32(s2, vld1q_f32(a + j + 8), vld1q_f32(b + j + 8));
+        s3 = vfmaq_f32(s3, vld1q_f32(a + j + 12), vld1q_f32(b + j + 12));
+    }
+    for (; j + 4 <= n; j += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + j), vld1q_f32(b + j));
+    float sum = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+    for (; j < n; j++) sum += a[j] * b[j];
+    return sum;
+}
+
+#else
+
+// Four partial sums, which compilers can keep in vector registers (the
+// portable build's fast kernel; dot_f32_plain sums in order).
+static float dot_f32(const float *a, const float *b, int n) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        s0 += a[j] * b[j];
+        s1 += a[j + 1] * b[j + 1];
+        s2 += a[j + 2] * b[j + 2];
+        s3 += a[j + 3] * b[j + 3];
+    }
+    for (; j < n; j++) s0 += a[j] * b[j];
+    return (s0 + s1) + (s2 + s3);
+}
+
+#endif
+
+/* The fp16 KV cache (--kv f16): keys and values are rounded to half
+   precision when stored and widened when attention reads them, halving the
+   cache's memory and traffic. */
+
+// out += a * v
+static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
+    for (int j = 0; j < n; j++) out[j] += a * f16_to_f32_plain(v[j]);
+}
+
+static void f32_to_f16_row_plain(uint16_t *out, const float *x, size_t n) {
+    for (size_t j = 0; j < n; j++) out[j] = f32_to_f16(x[j]);
+}
+
+#if HAVE_AVX2
+static float dot_f32_f16(const float *a, const uint16_t *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j + 8))), s1);
+    }
+    for (; j + 8 <= n; j += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + j))), s0);
+    return sum_m256(_mm256_add_ps(s0, s1)) + dot_f32_f16_plain(a + j, b + j, n - j);
+}
+
+static void axpy_f16(float *out, float a, const uint16_t *v, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + j)));
+        _mm256_storeu_ps(out + j, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(out + j)));
+    }
+    axpy_f16_plain(out + j, a, v + j, n - j);
+}
+
+static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm_storeu_si128((__m128i *)(out + j), _mm256_cvtps_ph(_mm256_loadu_ps(x + j), _MM_FROUND_TO_NEAREST_INT));
+    f32_to_f16_row_plain(out + j, x + j, n - j);
+}
+
+#else
+static float dot_f32_f16(const float *a, const uint16_t *b, int n) { return dot_f32_f16_plain(a, b, n); }
+static void axpy_f16(float *out, float a, const uint16_t *v, int n) { axpy_f16_plain(out, a, v, n); }
+static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) { f32_to_f16_row_plain(out, x, n); }
+#endif
+
+/* The exponential for softmax and SwiGLU: expf one value at a time is a
+   serial cost of every layer (hidden_dim values per position). With
+   AVX-512, e^x = 2^k e^r where k = round(x log2 e) and |r| <= ln2/2, e^r
+   by Cephes' degree-7 polynomial for expf, and 2^k applied by scalef (which
+   also gives 0 and infinity past the float range): within 2^-23 relative
+   (test_all checks). Elsewhere, and for the tails, expf. */
+
+#if HAVE_AVX512
+static __m512 exp_16(__m512 x) {
+    // clamp to where e^x is 0 or infinite anyway; NaN stays NaN (second operand)
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x); // ln 2 in two parts, so r is exact
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, k);
+}
+#endif
+
+// x[i] = e^(x[i] - shift) for n values; returns their sum.
+static float exp_row_plain(float *x, int n, float shift) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
+    return sum;
+}
+
+static float exp_row(float *x, int n, float shift) {
+    float sum = 0.0f;
+    int i = 0;
+#if HAVE_AVX512
+    __m512 total = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp_16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(shift)));
+        _mm512_storeu_ps(x + i, e);
+        total = _mm512_add_ps(total, e);
+    }
+    sum = _mm512_reduce_add_ps(total);
+#endif
+    return sum + exp_row_plain(x + i, n - i, shift);
+}
+
+// swiglu_plain, with AVX-512 where built.
+static void swiglu(float *hb, const float *hb2, int n) {
+    int i = 0;
+#if HAVE_AVX512
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(hb + i);
+        __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(silu, _mm512_loadu_ps(hb2 + i)));
+    }
+#endif
+    swiglu_plain(hb + i, hb2 + i, n - i);
+}
+
+/* Matrix-matrix products for prefill: n positions through one matrix, so
+   that each weight is read from memory once per block of positions instead
+   of once per position. The block x (n, cols) is first packed transposed,
+   TILE_TOKENS positions side by side for every column (zeros past n). A
+   tile then computes TILE_ROWS rows of w for TILE_TOKENS positions: for
+   each column it loads the positions' values as vectors, broadcasts each
+   row's weight and multiply-adds into sums that stay in registers, with no
+   horizontal additions at the end. */
+
+#if HAVE_AVX512
+#define TILE_ROWS 12 // 24 sums + 2 position vectors + 1 weight: 27 of 32 registers
+#define TILE_TOKENS 32
+
+// sums (TILE_ROWS, TILE_TOKENS) = w (TILE_ROWS rows, cols apart) @ xt (cols, TILE_TOKENS)
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    __m512 acc[TILE_ROWS][2];
+    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        __m512 x0 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS);
+        __m512 x1 = _mm512_loadu_ps(xt + (size_t)k * TILE_TOKENS + 16);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            __m512 a = _mm512_set1_ps(w[(size_t)r * cols + k]);
+            acc[r][0] = _mm512_fmadd_ps(a, x0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, x1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < TILE_ROWS; r++) {
+        _mm512_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
+        _mm512_storeu_ps(sums + r * TILE_TOKENS + 16, acc[r][1]);
+    }
+}
+
+#elif HAVE_AVX2
+#define TILE_ROWS 6 // 12 sums + 2 position vectors + 1 weight: 15 of 16 registers
+#define TILE_TOKENS 16
+
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    __m256 acc[TILE_ROWS][2];
+    for (int r = 0; r < TILE_ROWS; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int k = 0; k < cols; k++) {
+        __m256 x0 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS);
+        __m256 x1 = _mm256_loadu_ps(xt + (size_t)k * TILE_TOKENS + 8);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            __m256 a = _mm256_broadcast_ss(w + (size_t)r * cols + k);
+            acc[r][0] = _mm256_fmadd_ps(a, x0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, x1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < TILE_ROWS; r++) {
+        _mm256_storeu_ps(sums + r * TILE_TOKENS, acc[r][0]);
+        _mm256_storeu_ps(sums + r * TILE_TOKENS + 8, acc[r][1]);
+    }
+}
+
+#elif HAVE_NEON
+#define TILE_ROWS 6 // 24 sums + 4 position vectors + 1 weight: 29 of 32 registers
+#define TILE_TOKENS 16
+
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    float32x4_t acc[TILE_ROWS][4];
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = vdupq_n_f32(0.0f);
+    for (int k = 0; k < cols; k++) {
+        float32x4_t xv[4];
+        for (int v = 0; v < 4; v++) xv[v] = vld1q_f32(xt + (size_t)k * TILE_TOKENS + 4 * v);
+        for (int r = 0; r < TILE_ROWS; r++) {
+            float a = w[(size_t)r * cols + k];
+            for (int v = 0; v < 4; v++) acc[r][v] = vfmaq_n_f32(acc[r][v], xv[v], a);
+        }
+    }
+    for (int r = 0; r < TILE_ROWS; r++)
+        for (int v = 0; v < 4; v++) vst1q_f32(sums + r * TILE_TOKENS + 4 * v, acc[r][v]);
+}
+
+#else
+#define TILE_ROWS 4
+#define TILE_TOKENS 8
+
+static void tile_f32(float *sums, const float *w, const float *xt, int cols) {
+    for (int i = 0; i < TILE_ROWS * TILE_TOKENS; i++) sums[i] = 0.0f;
+    for (int k = 0; k < cols; k++)
+        for (int r = 0; r < TILE_ROWS; r++)
+            for (int t = 0; t < TILE_TOKENS; t++) sums[r * TILE_TOKENS + t] += w[(size_t)r * cols + k] * xt[(size_t)k * TILE_TOKENS + t];
+}
+#endif
+
+// out (n, rows) = x (n, cols) @ w (rows, cols)^T, one position at a time
+// with the plain kernel: the reference for matmat_f32.
+static void matmat_f32_plain(float *out, const float *x, int n, const float *w, int rows, int cols) {
+    for (int t = 0; t < n; t++) matmul_f32_plain(out + (size_t)t * rows, x + (size_t)t * cols, w, rows, cols);
+}
+
+// xt (tiles, cols, TILE_TOKENS) = columns k0..k1 of x (n, cols), transposed
+// tile by tile, zeros past position n.
+static void pack_columns(float *xt, const float *x, int n, int cols, int k0, int k1) {
+    int n_tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+    for (int tile = 0; tile < n_tiles; tile++) {
+        float *dst = xt + (size_t)tile * cols * TILE_TOKENS;
+        for (int k = k0; k < k1; k++)
+            for (int t = 0; t < TILE_TOKENS; t++) {
+                int token = tile * TILE_TOKENS + t;
+                dst[(size_t)k * TILE_TOKENS + t] = token < n ? x[(size_t)token * cols + k] : 0.0f;
+            }
+    }
+}
+
+// Rows r0..r0+TILE_ROWS of w against every position; only rows from
+// first_row on are stored (a last panel overlaps the one before it).
+static void matmat_panel(float *out, const float *xt, int n, const float *w, int rows, int cols, int r0, int first_row) {
+    float sums[TILE_ROWS * TILE_TOKENS];
+    for (int t0 = 0; t0 < n; t0 += TILE_TOKENS) {
+        tile_f32(sums, w + (size_t)r0 * cols, xt + (size_t)t0 * cols, cols);
+        int nt = n - t0 < TILE_TOKENS ? n - t0 : TILE_TOKENS;
+        for (int t = 0; t < nt; t++)
+            for (int r = first_row - r0; r < TILE_ROWS; r++)
+                out[(size_t)(t0 + t) * rows + r0 + r] = sums[r * TILE_TOKENS + t];
+    }
+}
+
+// The same product with the tile kernel: one parallel region packs x into
+// scratch (n rounded up to TILE_TOKENS, times cols floats) and then splits the row panels between
+// the threads, so each weight is read once per call. Matrices of fewer than
+// TILE_ROWS rows take the plain kernel.
+static void matmat_f32(float *out, const float *x, int n, const float *w, int rows, int cols, float *scratch) {
+    if (rows < TILE_ROWS) { matmat_f32_plain(out, x, n, w, rows, cols); return; }
+    int n_panels = (rows + TILE_ROWS - 1) / TILE_ROWS, n_chunks = (cols + 63) / 64;
+    #pragma omp parallel
+    {
+        int i;
+        #pragma omp for schedule(static)
+        for (i = 0; i < n_chunks; i++)
+            pack_columns(scratch, x, n, cols, i * 64, (i + 1) * 64 < cols ? (i + 1) * 64 : cols);
+        #pragma omp for schedule(static)
+        for (i = 0; i < n_panels; i++) {
+            int r0 = i * TILE_ROWS;
+            matmat_panel(out, scratch, n, w, rows, cols, r0 + TILE_ROWS <= rows ? r0 : rows - TILE_ROWS, r0);
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------
+   Packed integer kernels (AVX-512 VNNI). The layout they read fastest:
+   In row-major Q8_0/Q4_0 each block is one row's 32 values, so a SIMD kernel
+   must widen one row's scale per block and add its lanes up per row. Like
+   llama.cpp's CPU repacking, we copy each quantized matrix once at load time
+   so that 16 rows travel together: for each group of 16 rows and each block
+   of 32 columns (g, b), in this order,
+     quants (Q8_0: 512 bytes) 8 chunks of 64 bytes; in chunk j, row r's four
+            values 4j..4j+3 sit at bytes 4r..4r+3, stored plus 128 (0..255);
+            (Q4_0: 256 bytes) 4 chunks; in chunk j, row r's block bytes
+            4j..4j+3 at bytes 4r..4r+3: low nibbles are its values 4j..4j+3,
+            high nibbles 16+4j..16+4j+3, each stored plus 8 (0..15);
+   and after all quants, the scales: 16 fp16 values per (g, b), one per row.
+   One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
+   four bytes in every lane) and adds into 16 int32 lanes, one per row; a
+   block's sums then take one conversion and one multiply-add for all 16
+   rows. Rows past the matrix are zeros. The size equals the original's
+   (plus those padding rows); choose_kernels drops the original pages from
+   memory after the copy (they come back from the file if needed). Types
+   with a packed layout have packed_bytes (bytes of quants per (g, b)) in
+   the weight types' table. */
+
+// One block of 32 activations quantized for the packed kernels. The packed
+// weights are stored unsigned (Q8_0 plus 128, Q4_0 as its nibbles, value
+// plus 8), so every integer block sum carries offset * sum(q) too.
+struct ActBlock {
+    float scale;  // x ~ scale * q
+    int32_t bias; // offset * sum(q), subtracted from each integer block sum
+    int8_t q[QK];
+};
+
+#define GROUP_ROWS 16
+
+static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
+static int col_blocks(const Matrix *m) { return (m->cols + QK - 1) / QK; }
+
+static size_t packed_size(const Matrix *m) {
+    return (size_t)row_groups(m) * col_blocks(m) * (type_traits[m->type].packed_bytes + GROUP_ROWS * sizeof(uint16_t));
+}
+
+static const uint16_t *packed_scales(const Matrix *m) {
+    return (const uint16_t *)(m->packed + (size_t)row_groups(m) * col_blocks(m) * type_traits[m->type].packed_bytes);
+}
+
+// dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
+static void pack_matrix(unsigned char *dst, const Matrix *m) {
+    int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
+    size_t row_bytes = type_row_bytes(m->type, m->cols), quant_bytes = type_traits[m->type].packed_bytes;
+    uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
+    int g;
+    #pragma omp parallel for private(g) schedule(static)
+    for (g = 0; g < n_groups; g++)
+        for (int b = 0; b < n_blocks; b++) {
+            size_t gb = (size_t)g * n_blocks + b;
+            unsigned char *quants = dst + gb * quant_bytes;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int row = g * GROUP_ROWS + r;
+                const void *data = (const unsigned char *)m->data + (size_t)row * row_bytes;
+                const BlockQ8_0 *b8 = (const BlockQ8_0 *)data + b;
+                const BlockQ4_0 *b4 = (const BlockQ4_0 *)data + b;
+                const void *quants_in = q8 ? (const void *)b8->qs : (const void *)b4->qs;
+                scales[gb * GROUP_ROWS + r] = row >= m->rows ? 0 : q8 ? b8->d : b4->d;
+                for (int j = 0; j < (q8 ? 8 : 4); j++) { // four bytes at a time
+                    uint32_t v = q8 ? 0 : 0x88888888u; // a zero value, as stored
+                    if (row < m->rows) memcpy(&v, (const unsigned char *)quants_in + 4 * j, 4);
+                    if (q8) v ^= 0x80808080u; // int8 + 128
+                    memcpy(quants + j * 64 + r * 4, &v, 4);
+                }
+            }
+        }
+}
+
+// Row r's value k (0..31) of block (g, b) as stored: plus 128 (Q8_0) or 8 (Q4_0).
+static int packed_value(const unsigned char *quants, int r, int k, int type) {
+    if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
+    unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
+    return k < 16 ? byte & 0xF : byte >> 4;
+}
+
+// x (cols) as ActBlocks against a matrix of type (the offset of its stored
+// values), as llama.cpp quantizes activations: d = amax / 127, q = x / d
+// rounded (to nearest even, the SIMD conversion's mode), and the scale kept
+// in fp16 precision. x is finite (the dispatch checks).
+static void quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
+    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    for (int b = 0; b * QK < cols; b++) {
+        int len = cols - b * QK < QK ? cols - b * QK : QK;
+        const float *xb = x + (size_t)b * QK;
+        float amax = 0.0f;
+        for (int k = 0; k < len; k++) amax = fmaxf(amax, fabsf(xb[k]));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows: zeros
+        int sum = 0;
+        for (int k = 0; k < QK; k++) {
+            int q = k < len ? (int)nearbyintf(xb[k] * id) : 0;
+            out[b].q[k] = (int8_t)q;
+            sum += q;
+        }
+        out[b].scale = f16_to_f32(f32_to_f16(d));
+        out[b].bias = offset * sum;
+    }
+}
+
+// 16 rows of the packed matrix (group g) against one position x: out[r]
+// for r < 16. Per block: the exact integer sum, less x's bias, times
+// (row scale * x scale), added with one rounding (fmaf) in block order: the
+// SIMD kernels do the same operations per lane, so they agree bit for bit.
+static void packed_position_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
+    int n_blocks = col_blocks(m);
+    const uint16_t *scales = packed_scales(m);
+    float acc[GROUP_ROWS] = {0};
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        const unsigned char *quants = m->packed + gb * type_traits[m->type].packed_bytes;
+        for (int r = 0; r < GROUP_ROWS; r++) {
+            int32_t sum = 0;
+            for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
+            sum -= x[b].bias;
+            acc[r] = fmaf((float)sum, f16_to_f32(scales[gb * GROUP_ROWS + r]) * x[b].scale, acc[r]);
+        }
+    }
+    memcpy(out, acc, sizeof acc);
+}
+
+#if HAVE_AVX512_VNNI
+
+// Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
+static void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
+    if (type == TYPE_Q8_0) {
+        for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
+    } else {
+        __m512i low = _mm512_set1_epi8(0x0F);
+        for (int j = 0; j < 4; j++) {
+            __m512i v = _mm512_loadu_si512(quants + 64 * j);
+            w[j] = _mm512_and_si512(v, low);
+            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+    }
+}
+
+// acc (16 rows) + one block: VNNI sums of unsigned weights times x's signed
+// bytes (four per lane per step), less the bias, scaled.
+static __m512 group_block(__m512 acc, const __m512i w[8], __m512 row_scales, const ActBlock *x) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x->q + 4 * j)));
+    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(row_scales, _mm512_set1_ps(x->scale)), acc);
+}
+
+static __m512 group_scales(const uint16_t *scales) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+}
+
+// Positions per prefill tile: 8 float sums, 8 integer sums and 8 weight
+// vectors stay in registers (25 of 32).
+#define PACKED_TOKENS 8
+
+// A full tile: PACKED_TOKENS positions x[t * n_blocks ..] against group g's
+// rows. For each block, chunk by chunk, every position's integer sum takes
+// one VNNI step, so consecutive steps on one sum are 8 instructions apart
+// (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
+// same operations as group_block, so the results are identical.
+static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
+    int n_blocks = col_blocks(m);
+    const uint16_t *scales = packed_scales(m);
+    __m512 acc[PACKED_TOKENS];
+    #pragma GCC unroll 8
+    for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        __m512i w[8], sum[PACKED_TOKENS];
+        load_group_block(w, m->packed + gb * type_traits[m->type].packed_bytes, m->type);
+        #pragma GCC unroll 8
+        for (int t = 0; t < PACKED_TOKENS; t++) sum[t] = _mm512_setzero_si512();
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            #pragma GCC unroll 8
+            for (int t = 0; t < PACKED_TOKENS; t++)
+                sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
+        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
+        #pragma GCC unroll 8
+        for (int t = 0; t < PACKED_TOKENS; t++) {
+            const ActBlock *xb = x + (size_t)t * n_blocks + b;
+            __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(xb->bias));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(row_scales, _mm512_set1_ps(xb->scale)), acc[t]);
+        }
+    }
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    #pragma GCC unroll 8
+    for (int t = 0; t < PACKED_TOKENS; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
+}
+
+// out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
+// and rows r < n_rows of group g.
+static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
+    int n_blocks = col_blocks(m);
+    const uint16_t *scales = packed_scales(m);
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
+        __m512 sum = _mm512_setzero_ps();
+        for (int b = 0; b < n_blocks; b++) {
+            size_t gb = (size_t)g * n_blocks + b;
+            __m512i w[8];
+            load_group_block(w, m->packed + gb * type_traits[m->type].packed_bytes, m->type);
+            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + (size_t)t * n_blocks + b);
+        }
+        _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
+    }
+}
+
+#else
+#define PACKED_TOKENS 1
+#endif
+
+// packed_group's plain twin (in builds without the SIMD kernels, only the
+// tests pack matrices).
+static void packed_group_plain(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    int n_blocks = col_blocks(m);
+    for (int t = 0; t < n; t++) {
+        float sums[GROUP_ROWS];
+        packed_position_plain(sums, m, g, x + (size_t)t * n_blocks);
+        memcpy(out + (size_t)t * out_stride, sums, (size_t)n_rows * sizeof(float));
+    }
+}
+
+// quantize_act_plain, the same arithmetic with AVX-512 where it exists.
+static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
+    int b = 0;
+#if HAVE_AVX512_VNNI
+    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    for (; (b + 1) * QK <= cols; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + (size_t)b * QK), v1 = _mm512_loadu_ps(x + (size_t)b * QK + 16);
+        __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
+        out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        out[b].bias = offset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+#endif
+    quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
+}
+
+// outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
+// of one type and width that share the input x; xq holds n * cols / QK
+// ActBlocks. One parallel region: the threads quantize the positions once,
+// then take the row groups of all the matrices in chunks as they finish
+// (on a shared machine two threads do not run equally fast), so each
+// weight is read once and no thread idles while work is left.
+static void matmul_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
+    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), total = 0;
+    for (int i = 0; i < count; i++) total += row_groups(ms[i]);
+    #pragma omp parallel
+    {
+        int t, gi;
+        #pragma omp for schedule(static)
+        for (t = 0; t < n; t++) quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type);
+        #pragma omp for schedule(dynamic, n >= PACKED_TOKENS ? 1 : 8) // about a microsecond of work a turn
+        for (gi = 0; gi < total; gi++) {
+            int i = 0, g = gi;
+            while (g >= row_groups(ms[i])) g -= row_groups(ms[i++]);
+            const Matrix *m = ms[i];
+            int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
+            for (t = 0; t < n; t += PACKED_TOKENS) {
+                float *o = outs[i] + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
+                int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
+#if HAVE_AVX512_VNNI
+                if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
+#endif
+                packed_group_plain(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
+            }
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------
+   The matrix-product dispatch, whole. Every product of the model goes
+   through matmul_shared (or matmul, its form for one matrix): outs[i]
+   (n, rows) = x (n, cols) @ ms[i]^T for n positions.
+   1. x holding a NaN or infinity makes every output NaN and nothing else
+      runs: there is nothing to round such a value to, and the loops stop on
+      logits that are not finite. This is the only place that checks.
+   2. Each matrix's kernel was chosen once, at load (choose_kernels), from
+      the weight types' table and this build's capabilities:
+        KERNEL_PACKED  a type with a packed layout, in builds with the
+                       packed integer kernels (AVX-512 VNNI): repacked at
+                       load; matrices that share x (wq wk wv; w1 w3) run in
+                       one parallel region with x quantized once
+        KERNEL_F32     F32: dot_f32 per row for one position, register
+                       tiles (matmat_f32) for a block of positions
+        KERNEL_ROWS    any type: x converted once to the type's act_type,
+                       then the type's dot for each row and position
+   3. use_plain_kernels (the benchmark's "before", and the tests) sends every
+      product to the plain twins of the same kernels. */
+
+// out (n, m.rows) = x (n, m.cols) @ m^T with the table's dot products: x in
+// m's activation format (mm.act), rows split across the threads, each row
+// read once against every position while it is in L1.
+static void matmul_rows(float *out, const float *x, int n, const Matrix *m, MatmulScratch *mm) {
+    const TypeTraits *tt = &type_traits[m->type];
+    int cols = padded_cols(m->type, m->cols);
+    size_t row_bytes = type_row_bytes(m->type, m->cols), act_bytes = type_row_bytes(tt->act_type, m->cols);
+    const unsigned char *act = (const unsigned char *)x;
+    if (tt->act_type != TYPE_F32) {
+        int t;
+        #pragma omp parallel for private(t) schedule(static) if (n > 1)
+        for (t = 0; t < n; t++) quantize_padded(mm->act + (size_t)t * act_bytes, x + (size_t)t * m->cols, m->cols, tt->act_type);
+        act = mm->act;
+    }
+    float (*dot)(const void *, const void *, int) = use_plain_kernels ? tt->dot_plain : tt->dot;
+    int i;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < m->rows; i++) {
+        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
+        for (int t = 0; t < n; t++) out[(size_t)t * m->rows + i] = dot(row, act + (size_t)t * act_bytes, cols);
+    }
+}
+
+static void matmul_shared(float *const *outs, const Matrix *const *ms, int count, const float *x, int n,
+                          MatmulScratch *mm) {
+    if (!all_finite(x, (size_t)n * ms[0]->cols)) {
+        for (int i = 0; i < count; i++)
+            for (size_t j = 0; j < (size_t)n * ms[i]->rows; j++) outs[i][j] = NAN;
+        return;
+    }
+    int together = 1;
+    for (int i = 0; i < count; i++) together &= ms[i]->kernel == KERNEL_PACKED && ms[i]->type == ms[0]->type;
+    if (together) { matmul_packed(outs, ms, count, x, n, mm->act_blocks); return; }
+    for (int i = 0; i < count; i++) {
+        const Matrix *m = ms[i];
+        if (m->kernel == KERNEL_PACKED) matmul_packed(&outs[i], &ms[i], 1, x, n, mm->act_blocks);
+        else if (m->kernel == KERNEL_F32 && n > 1 && !use_plain_kernels) matmat_f32(outs[i], x, n, m->data, m->rows, m->cols, mm->tiles);
+        else matmul_rows(outs[i], x, n, m, mm);
+    }
+}
+
+static void matmul(float *out, const float *x, int n, const Matrix *m, MatmulScratch *mm) {
+    matmul_shared(&out, &m, 1, x, n, mm);
+}
+
+// Bytes of x in the widest activation format, for up to BATCH positions.
+static size_t act_bytes_max(int max_cols) {
+    size_t most = 0;
+    for (int t = 0; t < TYPE_COUNT; t++)
+        if (type_supported(t) && type_row_bytes(type_traits[t].act_type, max_cols) > most)
+            most = type_row_bytes(type_traits[t].act_type, max_cols);
+    return most;
+}
+
+static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols) {
+    mm->tiles = calloc((size_t)BATCH * max_cols, sizeof(float));
+    mm->act_blocks = calloc((size_t)BATCH * ((max_cols + QK - 1) / QK), sizeof(ActBlock));
+    mm->act = calloc((size_t)BATCH, act_bytes_max(max_cols));
+    return mm->tiles && mm->act_blocks && mm->act ? 0 : -1;
+}
+
+static void free_matmul_scratch(MatmulScratch *mm) {
+    free(mm->tiles);
+    free(mm->act_blocks);
+    free(mm->act);
+    memset(mm, 0, sizeof *mm);
+}
+
+static int choose_kernel(int type) {
+    if (HAVE_AVX512_VNNI && type_traits[type].packed_bytes > 0) return KERNEL_PACKED;
+    return type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS;
+}
+
+// The model's matrices: 7 per layer (wq wk wv wo w1 w2 w3), then the classifier.
+static Matrix *model_matrix(TransformerWeights *w, int n_layers, int i) {
+    if (i == 7 * n_layers) return &w->wcls;
+    LayerWeights *lw = &w->layers[i / 7];
+    Matrix *layer[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+    return layer[i % 7];
+}
+
+// Sets every matrix's kernel, and packs those whose kernel reads the
+// packed layout (pack_matrix) into one allocation; the copy replaces the
+// mapped original in memory.
+static int choose_kernels(Transformer *t, const char *path) {
+    int n_matrices = 7 * t->config.n_layers + 1;
+    size_t total = 0;
+    for (int i = 0; i < n_matrices; i++) {
+        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        m->kernel = choose_kernel(m->type);
+        if (m->kernel == KERNEL_PACKED) total += (packed_size(m) + 63) / 64 * 64;
+    }
+    if (total == 0) return 0;
+    if (posix_memalign((void **)&t->packed, 64, total) != 0) {
+        t->packed = NULL;
+        return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
+    }
+    size_t at = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < n_matrices; i++) {
+        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        if (m->kernel != KERNEL_PACKED) continue;
+        m->packed = t->packed + at;
+        pack_matrix(t->packed + at, m);
+        at += (packed_size(m) + 63) / 64 * 64;
+        // the original's pages leave memory (they stay mapped, and come back if read)
+        uintptr_t start = (uintptr_t)m->data / page * page;
+        madvise((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols), MADV_DONTNEED);
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+   File formats and loading: llama2.c version 0, our RUNC format, GGUF, and
+   the tokenizer files. Loaders and parsers do not exit: they check every
+   size in 64-bit arithmetic before touching a weight, and fail with one
+   line in error_message. */
+
+// Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
+#define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
+#define RUNC_VERSION 1
+#define RUNC_HEADER_SIZE 256
+#define RUNC_ALIGN 64
+#define V0_HEADER_SIZE 28
+
+// Limits that keep every size computation far from overflowing 64 bits
+// while admitting any real model (Llama 3 405B has dim 16384).
+#define MAX_DIM (1 << 16)
+#define MAX_HIDDEN (1 << 20)
+#define MAX_LAYERS (1 << 12)
+#define MAX_VOCAB (1 << 24)
+#define MAX_SEQ_LEN (1 << 24)
+
+static int check_config(const Config *c, const char *path) {
+    if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 ||
+        c->n_kv_heads <= 0 || c->vocab_size <= 0 || c->seq_len <= 0)
+        return fail("%s: header has a zero or negative size (dim %d, hidden_dim %d, n_layers %d, "
+                    "n_heads %d, n_kv_heads %d, vocab_size %d, seq_len %d)", path, c->dim,
+                    c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len);
+    if (c->dim > MAX_DIM || c->hidden_dim > MAX_HIDDEN || c->n_layers > MAX_LAYERS ||
+        c->vocab_size > MAX_VOCAB || c->seq_len > MAX_SEQ_LEN)
+        return fail("%s: header sizes out of range (dim %d, hidden_dim %d, n_layers %d, vocab_size %d, "
+                    "seq_len %d)", path, c->dim, c->hidden_dim, c->n_layers, c->vocab_size, c->seq_len);
+    if (c->dim % c->n_heads != 0)
+        return fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
+    if (c->head_size != c->dim / c->n_heads)
+        return fail("%s: head_size %d is not dim / n_heads = %d", path, c->head_size, c->dim / c->n_heads);
+    if (c->head_size % 2 != 0)
+        return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
+    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+        return fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
+    if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
+        return fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
+    if (c->bos_id < 0 || c->bos_id >= c->vocab_size || c->eos_id < 0 || c->eos_id >= c->vocab_size)
+        return fail("%s: BOS id %d or EOS id %d is outside the vocabulary of %d", path, c->bos_id,
+                    c->eos_id, c->vocab_size);
+    return 0;
+}
+
+// Walks the tensors of a checkpoint in file order. With base == NULL it only
+// adds up sizes, so the exact file size can be checked before any weight is
+// touched; with base set it returns where each tensor starts.
+typedef struct {
+    const char *base;
+    uint64_t offset;
+    uint64_t align; // 1 for version 0, RUNC_ALIGN for our format
+} TensorWalk;
+
+static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
+    w->offset = (w->offset + w->align - 1) / w->align * w->align;
+    const char *p = w->base ? w->base + w->offset : NULL;
+    w->offset += bytes;
+    return p;
+}
+
+static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int cols, int type) {
+    return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
+}
+
+// Where each tensor starts; the per-layer ones hold all layers back to back.
+typedef struct {
+    const char *token_embedding, *rms_att, *rms_ffn, *wq, *wk, *wv, *wo, *w1, *w2, *w3, *rms_final, *wcls;
+} TensorStarts;
+
+// llama2.c version 0: embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3,
+// rms_final, two legacy RoPE tables, [wcls]. Returns the file size it implies.
+static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
+    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
+    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
+    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
+    walk_tensor(w, (uint64_t)c->seq_len * c->head_size * sizeof(float)); // legacy RoPE tables
+    t->wcls = c->shared_classifier ? t->token_embedding
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    return w->offset;
+}
+
+// Our format: the norms first (always F32), then the matrices in weight_type.
+static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+    t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
+    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
+    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
+    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
+    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->wcls = c->shared_classifier ? t->token_embedding
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+    return w->offset;
+}
+
+// Layer l's matrix inside a stacked tensor.
+static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
+    return (Matrix){.data = stack + (size_t)l * rows * type_row_bytes(type, cols), .type = type, .rows = rows, .cols = cols};
+}
+
+static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
+    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    w->token_embedding = (Matrix){.data = t->token_embedding, .type = wt, .rows = c->vocab_size, .cols = c->dim};
+    w->wcls = (Matrix){.data = t->wcls, .type = wt, .rows = c->vocab_size, .cols = c->dim};
+    w->rms_final = (const float *)t->rms_final;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
+        lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
+        lw->wq = layer_matrix(t->wq, l, q_dim, c->dim, wt);
+        lw->wk = layer_matrix(t->wk, l, kv_dim(c), c->dim, wt);
+        lw->wv = layer_matrix(t->wv, l, kv_dim(c), c->dim, wt);
+        lw->wo = layer_matrix(t->wo, l, c->dim, q_dim, wt);
+        lw->w1 = layer_matrix(t->w1, l, c->hidden_dim, c->dim, wt);
+        lw->w2 = layer_matrix(t->w2, l, c->dim, c->hidden_dim, wt);
+        lw->w3 = layer_matrix(t->w3, l, c->hidden_dim, c->dim, wt);
+    }
+}
+
+static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
+    if (size < V0_HEADER_SIZE)
+        return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
+    if (isalpha(h[0]) && isalpha(h[1]) && isalpha(h[2]) && isalpha(h[3])) // a v0 header starts with dim
+        return fail("%s: unknown file format '%.4s' (run.c reads GGUF, RUNC and llama2.c version 0)", path, h);
+    c->dim = read_i32(h);
+    c->hidden_dim = read_i32(h + 4);
+    c->n_layers = read_i32(h + 8);
+    c->n_heads = read_i32(h + 12);
+    c->n_kv_heads = read_i32(h + 16);
+    int vocab = read_i32(h + 20);
+    c->seq_len = read_i32(h + 24);
+    c->shared_classifier = vocab > 0; // negative: a separate classifier is stored at the end
+    c->vocab_size = vocab == INT_MIN ? 0 : abs(vocab);
+    c->head_size = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+    c->rope_theta = 10000.0f;
+    c->norm_eps = 1e-5f;
+    c->bos_id = 1;
+    c->eos_id = 2;
+    c->weight_type = TYPE_F32;
+    return 0;
+}
+
+static int parse_header_runc(Config *c, const unsigned char *h, size_t size, const char *path) {
+    if (size < RUNC_HEADER_SIZE)
+        return fail("%s: %zu bytes is too small for a run.c header (%d bytes)", path, size, RUNC_HEADER_SIZE);
+    int version = read_i32(h + 4);
+    if (version != RUNC_VERSION)
+        return fail("%s: run.c format version %d is not supported (this build reads version %d)", path,
+                    version, RUNC_VERSION);
+    c->dim = read_i32(h + 8);
+    c->hidden_dim = read_i32(h + 12);
+    c->n_layers = read_i32(h + 16);
+    c->n_heads = read_i32(h + 20);
+    c->n_kv_heads = read_i32(h + 24);
+    c->vocab_size = read_i32(h + 28);
+    c->seq_len = read_i32(h + 32);
+    c->head_size = read_i32(h + 36);
+    c->rope_theta = read_f32(h + 40);
+    c->norm_eps = read_f32(h + 44);
+    c->shared_classifier = read_i32(h + 48);
+    c->bos_id = read_i32(h + 52);
+    c->eos_id = read_i32(h + 56);
+    c->weight_type = read_i32(h + 60);
+    if (c->shared_classifier != 0 && c->shared_classifier != 1)
+        return fail("%s: shared_classifier is %d, not 0 or 1", path, c->shared_classifier);
+    if (!type_supported(c->weight_type))
+        return fail("%s: weight type %d (%s) is not supported (%s)", path, c->weight_type,
+                    type_name((uint32_t)c->weight_type), supported_type_names());
+    return 0;
+}
+
+static int map_file(const char *path, void **map, size_t *size) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) { close(fd); return fail("%s: cannot stat: %s", path, strerror(errno)); }
+    if (S_ISDIR(st.st_mode)) { close(fd); return fail("%s: is a directory, not a file", path); }
+    if (!S_ISREG(st.st_mode)) { close(fd); return fail("%s: is not a regular file", path); }
+    if (st.st_size == 0) { close(fd); return fail("%s: file is empty", path); }
+    if ((uint64_t)st.st_size > SIZE_MAX) { close(fd); return fail("%s: file too large to map", path); }
+    *size = (size_t)st.st_size;
+    *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); // the mapping keeps the file open
+    if (*map == MAP_FAILED) return fail("%s: cannot map: %s", path, strerror(errno));
+    return 0;
+}
+
+/* GGUF, llama.cpp's format (versions 2 and 3): a header, metadata key/value
+   pairs, tensor infos, then tensor data at an aligned offset. Parsing only
+   indexes the mapped file; every read is bounds-checked, since the file may
+   come from anywhere. */
+
+#define GGUF_MAGIC 0x46554747u // the bytes "GGUF"
+enum { GGUF_U8, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING,
+       GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_N_TYPES };
+
+typedef struct {
+    const char *key;
+    size_t key_len;
+    uint32_t type;
+    const unsigned char *value; // where the value starts in the file
+    uint32_t elem_type;         // arrays: element type and count
+    uint64_t count;
+    const unsigned char *elems; // arrays: the first element
+} GgufValue;
+
+typedef struct {
+    const char *name;
+    size_t name_len;
+    int n_dims;
+    uint64_t dims[4]; // dims[0] is the row length (GGML's ne[0])
+    uint32_t type;
+    uint64_t offset;  // from the start of the data section
+    uint64_t size;
+} GgufTensor;
+
+typedef struct {
+    GgufValue *values;   // (n_values)
+    uint64_t n_values;
+    GgufTensor *tensors; // (n_tensors)
+    uint64_t n_tensors;
+    const unsigned char *data;
+    uint64_t data_size;
+} Gguf;
+
+typedef struct { const unsigned char *p, *end; } Cursor;
+
+// Takes n bytes; NULL (and the cursor spent) if fewer remain.
+static const unsigned char *take(Cursor *c, uint64_t n) {
+    if (n > (uint64_t)(c->end - c->p)) { c->p = c->end; return NULL; }
+    const unsigned char *at = c->p;
+    c->p += n;
+    return at;
+}
+
+static int take_u32(Cursor *c, uint32_t *v) {
+    const unsigned char *p = take(c, 4);
+    if (p) *v = (uint32_t)read_i32(p);
+    return p ? 0 : -1;
+}
+
+static int take_u64(Cursor *c, uint64_t *v) {
+    const unsigned char *p = take(c, 8);
+    if (p) *v = read_u64(p);
+    return p ? 0 : -1;
+}
+
+static int take_string(Cursor *c, const char **s, size_t *len) {
+    uint64_t n;
+    if (take_u64(c, &n) != 0) return -1;
+    const unsigned char *p = take(c, n);
+    if (!p) return -1;
+    *s = (const char *)p;
+    *len = (size_t)n;
+    return 0;
+}
+
+static uint64_t gguf_scalar_size(uint32_t type) {
+    static const uint64_t sizes[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return type < GGUF_N_TYPES ? sizes[type] : 0;
+}
+
+// Steps over one value of the given type (arrays may nest a few levels).
+static int skip_value(Cursor *c, uint32_t type, int depth) {
+    if (type >= GGUF_N_TYPES || depth > 3) return -1;
+    if (type == GGUF_STRING) { const char *s; size_t n; return take_string(c, &s, &n); }
+    if (type != GGUF_ARRAY) return take(c, gguf_scalar_size(type)) ? 0 : -1;
+    uint32_t elem_type;
+    uint64_t count;
+    if (take_u32(c, &elem_type) != 0 || take_u64(c, &count) != 0 || elem_type >= GGUF_N_TYPES) return -1;
+    uint64_t size = gguf_scalar_size(elem_type);
+    if (size > 0) return count <= (uint64_t)(c->end - c->p) / size && take(c, count * size) ? 0 : -1;
+    for (uint64_t i = 0; i < count; i++)
+        if (skip_value(c, elem_type, depth + 1) != 0) return -1;
+    return 0;
+}
+
+static const GgufValue *gguf_find(const Gguf *g, const char *key) {
+    size_t n = strlen(key);
+    for (uint64_t i = 0; i < g->n_values; i++)
+        if (g->values[i].key_len == n && memcmp(g->values[i].key, key, n) == 0) return &g->values[i];
+    return NULL;
+}
+
+// An integer-valued key as int64; def when absent; -1 from the call when
+// it has another type.
+static int gguf_int(const Gguf *g, const char *key, int64_t def, int64_t *out) {
+    const GgufValue *v = gguf_find(g, key);
+    *out = def;
+    if (!v) return 0;
+    const unsigned char *p = v->value;
+    switch (v->type) {
+    case GGUF_U8: case GGUF_BOOL: *out = p[0]; return 0;
+    case GGUF_I8: *out = (int8_t)p[0]; return 0;
+    case GGUF_U16: *out = p[0] | p[1] << 8; return 0;
+    case GGUF_I16: *out = (int16_t)(p[0] | p[1] << 8); return 0;
+    case GGUF_U32: *out = (uint32_t)read_i32(p); return 0;
+    case GGUF_I32: *out = read_i32(p); return 0;
+    case GGUF_U64: case GGUF_I64: *out = (int64_t)read_u64(p); return 0;
+    default: return -1;
+    }
+}
+
+static int gguf_float(const Gguf *g, const char *key, float def, float *out) {
+    const GgufValue *v = gguf_find(g, key);
+    *out = def;
+    if (!v) return 0;
+    if (v->type == GGUF_F32) { *out = read_f32(v->value); return 0; }
+    if (v->type == GGUF_F64) { double d; uint64_t u = read_u64(v->value); memcpy(&d, &u, 8); *out = (float)d; return 0; }
+    return -1;
+}
+
+// A string key: its bytes (not NUL-terminated) and length; NULL when absent.
+static const char *gguf_string(const Gguf *g, const char *key, size_t *len) {
+    const GgufValue *v = gguf_find(g, key);
+    if (!v || v->type != GGUF_STRING) return NULL;
+    *len = (size_t)read_u64(v->value);
+    return (const char *)v->value + 8;
+}
+
+static void gguf_free(Gguf *g) {
+    free(g->values);
+    free(g->tensors);
+    memset(g, 0, sizeof *g);
+}
+
+static int compare_tensor_offset(const void *a, const void *b) {
+    const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+// Checks each tensor's shape, type, alignment and extent, and that no two overlap.
+static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t alignment, const char *path) {
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        GgufTensor *t = &g->tensors[i];
+        if (!type_supported(t->type))
+            return fail("%s: tensor %.*s has type %s (%u); supported: %s", path, (int)t->name_len, t->name,
+                        type_name(t->type), t->type, supported_type_names());
+        int block_size = type_traits[t->type].block_size;
+        if (t->dims[0] % (uint64_t)block_size != 0)
+            return fail("%s: tensor %.*s has rows of %llu, not a multiple of %s's block of %d", path,
+                        (int)t->name_len, t->name, (unsigned long long)t->dims[0], type_name(t->type), block_size);
+        // each dim is below 2^31 (checked when read), so no product below can wrap
+        uint64_t rows = 1, row_bytes = type_row_bytes((int)t->type, (int)t->dims[0]);
+        for (int d = 1; d < t->n_dims && rows <= (1ull << 32); d++) rows *= t->dims[d];
+        if (rows > g->data_size / row_bytes) // also keeps rows * row_bytes from wrapping
+            return fail("%s: tensor %.*s is larger than the file", path, (int)t->name_len, t->name);
+        t->size = rows * row_bytes;
+        // data is read in place: F32 at multiples of 4, the others' blocks (16-bit fields) of 2
+        uint64_t natural = t->type == TYPE_F32 ? 4 : 2;
+        if (t->offset % alignment != 0 || t->offset > g->data_size ||
+            t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
+            return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
+                        (int)t->name_len, t->name);
+    }
+    GgufTensor **order = malloc((size_t)g->n_tensors * sizeof *order + 1);
+    if (!order) return fail("%s: out of memory", path);
+    for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, compare_tensor_offset);
+    int err = 0;
+    for (uint64_t i = 1; i < g->n_tensors && !err; i++)
+        if (order[i - 1]->offset + order[i - 1]->size > order[i]->offset)
+            err = fail("%s: tensors %.*s and %.*s overlap", path, (int)order[i - 1]->name_len, order[i - 1]->name,
+                       (int)order[i]->name_len, order[i]->name);
+    free(order);
+    return err;
+}
+
+// Indexes a GGUF file mapped at map[0..size). 0 ok; -1 with error_message.
+static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char *path) {
+    memset(g, 0, sizeof *g);
+    Cursor c = {.p = map, .end = map + size};
+    uint32_t magic = 0, version = 0;
+    if (take_u32(&c, &magic) != 0 || magic != GGUF_MAGIC) return fail("%s: not a GGUF file", path);
+    if (take_u32(&c, &version) != 0 || (version != 2 && version != 3))
+        return fail("%s: GGUF version %u is not supported (2 and 3 are)", path, version);
+    if (take_u64(&c, &g->n_tensors) != 0 || take_u64(&c, &g->n_values) != 0)
+        return fail("%s: GGUF header is truncated", path);
+    uint64_t left = (uint64_t)(c.end - c.p);
+    if (g->n_values > left / 12 || g->n_tensors > left / 24) // the smallest entries' sizes
+        return fail("%s: GGUF counts (%llu values, %llu tensors) are larger than the file", path,
+                    (unsigned long long)g->n_values, (unsigned long long)g->n_tensors);
+    g->values = calloc((size_t)g->n_values + 1, sizeof(GgufValue));
+    g->tensors = calloc((size_t)g->n_tensors + 1, sizeof(GgufTensor));
+    int err = 0;
+    if (!g->values || !g->tensors) { err = fail("%s: out of memory", path); goto error; }
+    for (uint64_t i = 0; i < g->n_values; i++) {
+        GgufValue *v = &g->values[i];
+        if (take_string(&c, &v->key, &v->key_len) != 0 || take_u32(&c, &v->type) != 0) {
+            err = fail("%s: GGUF metadata key %llu runs past the end", path, (unsigned long long)i);
+            goto error;
+        }
+        v->value = c.p;
+        if (v->type == GGUF_ARRAY && c.end - c.p >= 12) {
+            v->elem_type = (uint32_t)read_i32(c.p);
+            v->count = read_u64(c.p + 4);
+            v->elems = c.p + 12;
+        }
+        if (skip_value(&c, v->type, 0) != 0) {
+            err = fail("%s: GGUF metadata value %llu is malformed or runs past the end", path, (unsigned long long)i);
+            goto error;
+        }
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        GgufTensor *t = &g->tensors[i];
+        uint32_t n_dims = 0;
+        if (take_string(&c, &t->name, &t->name_len) != 0 || take_u32(&c, &n_dims) != 0 || n_dims < 1 || n_dims > 4) {
+            err = fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+            goto error;
+        }
+        t->n_dims = (int)n_dims;
+        int bad = 0;
+        for (uint32_t d = 0; d < n_dims; d++)
+            bad |= take_u64(&c, &t->dims[d]) != 0 || t->dims[d] == 0 || t->dims[d] > INT32_MAX;
+        if (bad || take_u32(&c, &t->type) != 0 || take_u64(&c, &t->offset) != 0) {
+            err = fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+            goto error;
+        }
+    }
+    int64_t alignment;
+    if (gguf_int(g, "general.alignment", 32, &alignment) != 0 || alignment <= 0 || alignment > 65536 ||
+        (alignment & (alignment - 1))) {
+        err = fail("%s: general.alignment is not a power of two", path);
+        goto error;
+    }
+    uint64_t data_start = ((uint64_t)(c.p - map) + (uint64_t)alignment - 1) / (uint64_t)alignment * (uint64_t)alignment;
+    if (data_start > size && g->n_tensors > 0) {
+        err = fail("%s: GGUF file ends before its tensor data", path);
+        goto error;
+    }
+    g->data = map + (data_start < size ? data_start : size);
+    g->data_size = data_start < size ? size - data_start : 0;
+    err = gguf_check_tensors(g, map, (uint64_t)alignment, path);
+    if (err == 0) return 0;
+error:
+    gguf_free(g);
+    return err;
+}
+
+static const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
+    size_t n = strlen(name);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].name_len == n && memcmp(g->tensors[i].name, name, n) == 0) return &g->tensors[i];
+    return NULL;
+}
+
+// Points *m at the tensor called name, which must be (rows, cols); NULL
+// m: a norm vector (cols), which must be F32.
+static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matrix *m, const float **vec,
+                       const char *path) {
+    const GgufTensor *t = gguf_tensor(g, name);
+    if (!t) return fail("%s: tensor %s is missing", path, name);
+    uint64_t t_rows = t->n_dims > 1 ? t->dims[1] : 1;
+    if (t->n_dims > 2 || t->dims[0] != (uint64_t)cols || t_rows != (uint64_t)rows)
+        return fail("%s: tensor %s has the wrong shape (expected %d x %d)", path, name, rows, cols);
+    if (vec) {
+        if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
+        *vec = (const float *)(g->data + t->offset);
+    } else {
+        *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
+    }
+    return 0;
+}
+
+static int gguf_config(Config *c, const Gguf *g, const char *path) {
+    size_t len;
+    const char *arch = gguf_string(g, "general.architecture", &len);
+    if (!arch) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
+    if (len != 5 || memcmp(arch, "llama", 5) != 0)
+        return fail("%s: architecture '%.*s' is not supported (only llama)", path, (int)(len < 64 ? len : 64), arch);
+    if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
+    const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
+    if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
+    int64_t v[8];
+    int err = gguf_int(g, "llama.embedding_length", 0, &v[0]) | gguf_int(g, "llama.feed_forward_length", 0, &v[1]) |
+              gguf_int(g, "llama.block_count", 0, &v[2]) | gguf_int(g, "llama.attention.head_count", 0, &v[3]) |
+              gguf_int(g, "llama.context_length", 0, &v[5]) | gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) |
+              gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
+    err |= gguf_int(g, "llama.attention.head_count_kv", v[3], &v[4]);
+    err |= gguf_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta);
+    err |= gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps);
+    if (err) return fail("%s: a llama.* metadata value has the wrong type", path);
+    for (int i = 0; i < 8; i++)
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX) return fail("%s: llama.* metadata value %lld is out of range", path, (long long)v[i]);
+    *c = (Config){.dim = (int)v[0], .hidden_dim = (int)v[1], .n_layers = (int)v[2], .n_heads = (int)v[3],
+                  .n_kv_heads = (int)v[4], .vocab_size = (int)emb->dims[1], .seq_len = (int)v[5],
+                  .head_size = v[3] > 0 ? (int)(v[0] / v[3]) : 0, .rope_theta = c->rope_theta,
+                  .norm_eps = c->norm_eps, .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
+                  .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
+    int64_t rope_dims;
+    if (gguf_int(g, "llama.rope.dimension_count", c->head_size, &rope_dims) != 0 || rope_dims != c->head_size)
+        return fail("%s: llama.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
+                    path, (long long)rope_dims, c->head_size);
+    return 0;
+}
+
+static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
+    int q_dim = c->n_heads * c->head_size;
+    char name[64];
+    if (gguf_weight(g, "token_embd.weight", c->vocab_size, c->dim, &w->token_embedding, NULL, path) ||
+        gguf_weight(g, "output_norm.weight", 1, c->dim, NULL, &w->rms_final, path))
+        return -1;
+    if (c->shared_classifier) w->wcls = w->token_embedding;
+    else if (gguf_weight(g, "output.weight", c->vocab_size, c->dim, &w->wcls, NULL, path)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
+            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
+            {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
+            {"attn_v", kv_dim(c), c->dim, &lw->wv, NULL},  {"attn_output", c->dim, q_dim, &lw->wo, NULL},
+            {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
+            {"ffn_up", c->hidden_dim, c->dim, &lw->w3, NULL},
+        };
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
+            if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
+        }
+    }
+    return 0;
+}
+
+// The vocabulary of a GGUF file: tokenizer.ggml.* arrays, pieces spelled
+// with U+2581, which become spaces here as in tokenizer.bin.
+static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
+    size_t len;
+    const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
+    if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
+    if (len != 5 || memcmp(model, "llama", 5) != 0)
+        return fail("%s: tokenizer '%.*s' is not supported (only SentencePiece, 'llama')", path,
+                    (int)(len < 64 ? len : 64), model);
+    const GgufValue *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    const GgufValue *scores = gguf_find(g, "tokenizer.ggml.scores");
+    const GgufValue *types = gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tokens || tokens->type != GGUF_ARRAY || tokens->elem_type != GGUF_STRING)
+        return fail("%s: tokenizer.ggml.tokens is missing", path);
+    if (tokens->count != (uint64_t)vocab_size)
+        return fail("%s: tokenizer has %llu tokens but the model has vocab_size %d (tokenizer of another model?)",
+                    path, (unsigned long long)tokens->count, vocab_size);
+    if ((scores && (scores->type != GGUF_ARRAY || scores->elem_type != GGUF_F32 || scores->count != tokens->count)) ||
+        (types && (types->type != GGUF_ARRAY || (types->elem_type != GGUF_I32 && types->elem_type != GGUF_U32) ||
+                   types->count != tokens->count)))
+        return fail("%s: tokenizer.ggml.scores or token_type does not match the tokens", path);
+    if (tokenizer_alloc(tk, vocab_size) != 0) return fail("%s: out of memory", path);
+    const unsigned char *p = tokens->elems; // checked by gguf_parse
+    for (int i = 0; i < vocab_size; i++) {
+        size_t n = (size_t)read_u64(p);
+        const char *piece = (const char *)p + 8;
+        p += 8 + n;
+        char *out = tk->vocab[i] = malloc(n + 1);
+        if (!out) return fail("%s: out of memory", path);
+        size_t k = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (j + 2 < n && memcmp(piece + j, "\xE2\x96\x81", 3) == 0) { out[k++] = ' '; j += 2; }
+            else out[k++] = piece[j];
+        }
+        out[k] = '\0';
+        tk->piece_len[i] = (int)k;
+        tk->scores[i] = scores ? read_f32(scores->elems + 4 * (size_t)i) : 0.0f;
+        int type = types ? read_i32(types->elems + 4 * (size_t)i) : 0;
+        // user-defined pieces (4) merge like normal ones; unused ones (5) never
+        tk->kind[i] = type == 1 || type == 4 ? TOKEN_NORMAL : type == 2 ? TOKEN_UNKNOWN : type == 3 || type == 5 ? TOKEN_CONTROL
+                    : type == 6 && is_byte_piece(out, (int)k) ? TOKEN_BYTE : guess_kind(out, (int)k);
+    }
+    if (index_vocab(tk) != 0) return fail("%s: out of memory", path);
+    int64_t bos, eos, add_bos, add_prefix;
+    if (gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &bos) || gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &eos) ||
+        gguf_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos) ||
+        gguf_int(g, "tokenizer.ggml.add_space_prefix", 1, &add_prefix) || bos < 0 || bos >= vocab_size || eos < 0 ||
+        eos >= vocab_size)
+        return fail("%s: tokenizer.ggml BOS/EOS ids or flags are invalid", path);
+    tk->bos_id = (int)bos;
+    tk->eos_id = (int)eos;
+    tk->ids_known = 1;
+    tk->add_bos = add_bos != 0;
+    tk->add_dummy_prefix = add_prefix != 0;
+    const char *template = gguf_string(g, "tokenizer.chat_template", &len);
+    if (template) {
+        tk->chat_template = 0;
+        for (size_t i = 0; i + 6 <= len; i++)
+            if (memcmp(template + i, "[INST]", 6) == 0) tk->chat_template = 1;
+    }
+    return 0;
+}
+
+static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) {
+    void *map;
+    size_t size;
+    if (map_file(path, &map, &size) != 0) return -1;
+    Gguf g;
+    int err = gguf_parse(&g, map, size, path);
+    if (!err) {
+        err = gguf_vocab(tk, &g, path, vocab_size);
+        gguf_free(&g);
+    }
+    munmap(map, size);
+    if (err) tokenizer_close(tk);
+    return err;
+}
+
+// Reads a tokenizer that must hold exactly vocab_size tokens (the model's):
+// llama2.c's tokenizer.bin, or the vocabulary inside a GGUF file.
+int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
+    memset(tk, 0, sizeof *tk);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail("%s: cannot open: %s", path, strerror(errno));
+    unsigned char magic[4];
+    int is_gguf = fread(magic, 1, 4, f) == 4 && (uint32_t)read_i32(magic) == GGUF_MAGIC;
+    rewind(f);
+    if (is_gguf) { fclose(f); return tokenizer_open_gguf(tk, path, vocab_size); }
+    if (tokenizer_alloc(tk, vocab_size) != 0) { fclose(f); return fail("%s: out of memory", path); }
+    if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
+    unsigned char word[4];
+    int err = 0;
+    if (fread(word, 1, 4, f) != 4) err = fail("%s: too short for a tokenizer (no header)", path);
+    for (int i = 0; i < vocab_size && !err; i++) {
+        unsigned char entry[8];
+        if (fread(entry, 1, 8, f) != 8) {
+            err = fail("%s: ends after %d tokens but the model has vocab_size %d (tokenizer of another model?)",
+                       path, i, vocab_size);
+            break;
+        }
+        tk->scores[i] = read_f32(entry);
+        int len = read_i32(entry + 4);
+        if (len < 0 || len > 65536 || !isfinite(tk->scores[i])) {
+            err = fail("%s: token %d has a bad length %d or score", path, i, len);
+            break;
+        }
+        tk->vocab[i] = malloc((size_t)len + 1);
+        if (!tk->vocab[i]) { err = fail("%s: out of memory", path); break; }
+        if (fread(tk->vocab[i], 1, (size_t)len, f) != (size_t)len) {
+            err = fail("%s: ends inside token %d of %d (truncated)", path, i, vocab_size);
+            break;
+        }
+        tk->vocab[i][len] = '\0';
+        tk->piece_len[i] = len;
+        tk->kind[i] = guess_kind(tk->vocab[i], len);
+    }
+    if (!err && fgetc(f) != EOF)
+        err = fail("%s: holds more tokens than the model's vocab_size %d (tokenizer of another model?)",
+                   path, vocab_size);
+    fclose(f);
+    if (!err && index_vocab(tk) != 0) err = fail("%s: out of memory", path);
+    if (err) tokenizer_close(tk);
+    return err;
+}
+
+void transformer_close(Transformer *t) {
+    free_run_state(&t->state);
+    free(t->packed);
+    free(t->weights.layers);
+    if (t->map) munmap(t->map, t->map_size);
+    memset(t, 0, sizeof *t);
+}
+
+static int gguf_open_model(Transformer *t, const char *path) {
+    Gguf g;
+    if (gguf_parse(&g, t->map, t->map_size, path) != 0) { transformer_close(t); return -1; }
+    Config *c = &t->config;
+    int err = gguf_config(c, &g, path);
+    if (!err) err = check_config(c, path);
+    if (!err && !(t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights))))
+        err = fail("%s: out of memory", path);
+    if (!err) err = gguf_weights(&t->weights, c, &g, path);
+    gguf_free(&g);
+    return err;
+}
+
+// Maps a checkpoint (llama2.c version 0, ours, or GGUF), checks it
+// completely and points the weights into it. 0 ok; -1 with error_message.
+static int load_weights(Transformer *t, const char *path) {
+    if (map_file(path, &t->map, &t->map_size) != 0) return -1;
+    const unsigned char *h = t->map;
+    Config *c = &t->config;
+    t->is_gguf = t->map_size >= 4 && (uint32_t)read_i32(h) == GGUF_MAGIC;
+    if (t->is_gguf) return gguf_open_model(t, path);
+    int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
+    int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
+    if (err == 0) err = check_config(c, path);
+    if (err != 0) return -1;
+
+    // Size everything first (nothing is read), then point into the map.
+    uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
+    TensorWalk walk = {.base = NULL, .offset = header, .align = align};
+    TensorStarts starts;
+    uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
+    if (expected != t->map_size)
+        return fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
+                    (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
+    t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
+    if (!t->weights.layers) return fail("%s: out of memory", path);
+    walk = (TensorWalk){.base = t->map, .offset = header, .align = align};
+    if (runc) walk_runc(&walk, &starts, c);
+    else walk_v0(&walk, &starts, c);
+    point_weights(&t->weights, &starts, c);
+    return 0;
+}
+
+// Loads a checkpoint and allocates the run state for a context of
+// max_context positions (0, or more than the model's: the model's own).
+// kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
+int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
+    memset(t, 0, sizeof *t);
+    if (load_weights(t, path) != 0 || choose_kernels(t, path) != 0) { transformer_close(t); return -1; }
+    Config *c = &t->config;
+    if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
+    if (alloc_run_state(&t->state, c, kv_type) != 0) {
+        fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, c->seq_len);
+        transformer_close(t);
+        return -1;
+    }
+    return 0;
+}
+
+int transformer_open_context(Transformer *t, const char *path, int max_context) {
+    return transformer_open_kv(t, path, max_context, TYPE_F32);
+}
+
+int transformer_open(Transformer *t, const char *path) { return transformer_open_context(t, path, 0); }
+
+/* ----------------------------------------------------------------------------
+   Quantize: rewrites a checkpoint (any format run.c reads) in our format with
+   its matrices in any type the weight types' table can write (quantize),
+   rounding as GGUF does. Norms stay F32. */
+
+// quantize_padded for a writer: -1 if a value is not finite (nothing
+// sensible to round it to).
+static int quantize_row(void *out, const float *x, int n, int type) {
+    if (!all_finite(x, (size_t)n)) return -1;
+    quantize_padded(out, x, n, type);
+    return 0;
+}
+
+// Writes zeros up to the next multiple of RUNC_ALIGN.
+static int write_padding(FILE *f) {
+    static const char zeros[RUNC_ALIGN];
+    long at = ftell(f);
+    size_t pad = at < 0 ? 0 : (RUNC_ALIGN - (size_t)at % RUNC_ALIGN) % RUNC_ALIGN;
+    return at >= 0 && fwrite(zeros, 1, pad, f) == pad ? 0 : fail("write failed: %s", strerror(errno));
+}
+
+static int write_floats(FILE *f, const float *x, int n) {
+    return fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n ? 0 : fail("write failed: %s", strerror(errno));
+}
+
+static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
+    size_t bytes = type_row_bytes(type, m->cols);
+    for (int i = 0; i < m->rows; i++) {
+        dequantize_row(row, m, i);
+        if (quantize_row(out, row, m->cols, type) != 0) return fail("a weight is not finite (NaN or infinity)");
+        if (fwrite(out, 1, bytes, f) != bytes) return fail("write failed: %s", strerror(errno));
+    }
+    return 0;
+}
+
+// The tensors of our format, in order (README), each aligned.
+static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    int err = write_padding(f); // each tensor is aligned; its layers follow back to back
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_att, c->dim);
+    err = err || write_padding(f);
+    for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
+    err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
+    for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
+        err = write_padding(f);
+        for (int l = 0; l < c->n_layers && !err; l++) {
+            const LayerWeights *lw = &w->layers[l];
+            const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+            err = write_matrix(f, m[part], type, row, out);
+        }
+    }
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
+    return err ? -1 : 0;
+}
+
+static void put_i32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
+}
+
+// Writes t to out_path in our format with matrices of the given type. The
+// file appears only when complete (written beside it, then renamed).
+int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
+    const Config *c = &t->config;
+    if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    unsigned char header[RUNC_HEADER_SIZE] = {0};
+    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
+                        c->seq_len, c->head_size};
+    put_i32(header, (int32_t)RUNC_MAGIC);
+    for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
+    memcpy(header + 40, &c->rope_theta, 4);
+    memcpy(header + 44, &c->norm_eps, 4);
+    put_i32(header + 48, c->shared_classifier);
+    put_i32(header + 52, c->bos_id);
+    put_i32(header + 56, c->eos_id);
+    put_i32(header + 60, type);
+
+    size_t tmp_len = strlen(out_path) + 16;
+    char *tmp = malloc(tmp_len);
+    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    float *row = malloc((size_t)widest * sizeof(float));
+    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
+    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
+    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
+    snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
+    if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
+        err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
+        char why[sizeof error_message];
+        snprintf(why, sizeof why, "%s", error_message);
+        err = fail("%s: %s", out_path, why);
+    }
+    if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
+    if (err && f) remove(tmp);
+    free(tmp); free(row); free(out);
+    return err;
+}
+
+/* ----------------------------------------------------------------------------
+   Benchmark (-m bench): prompt processing and generation speed, and next to
+   them the machine's own ceilings measured with the same threads: read
+   bandwidth (summing a 1 GiB array) and fp32 FMA throughput (independent
+   multiply-add chains). The machine may be shared, so each of BENCH_RUNS
+   rounds measures both ceilings right before the model runs, and every
+   figure is a median over the rounds. Then, for F32 weights, the same runs
+   with the plain kernels (the "before"). */
+
+#define BENCH_RUNS 5
+#define BENCH_PROMPT 128 // prompt tokens, fed in blocks
+#define BENCH_GENERATE 128 // tokens generated one at a time after the prompt
+#define BENCH_ARRAY_BYTES ((size_t)1 << 30)
+
+static volatile float bench_sink; // results the compiler must not drop
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The 1-minute load average (Linux), or -1: other work on the machine makes
+// every figure noisy, and spinning OpenMP threads suffer most.
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = -1.0;
+    if (f && fscanf(f, "%lf", &load) != 1) load = -1.0;
+    if (f) fclose(f);
+    return load;
+}
+
+static int bench_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// A 1 GiB array holding 0, 1, 2, ...; each thread touches the pages it will read.
+static uint64_t *bench_array(void) {
+    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
+    uint64_t *a = malloc(BENCH_ARRAY_BYTES);
+    if (!a) return NULL;
+    #pragma omp parallel for private(i) schedule(static)
+    for (i = 0; i < n; i++) a[i] = i;
+    return a;
+}
+
+// Read bandwidth in GB/s: one pass summing the array (as 64-bit integers,
+// which vectorize), split across the threads; 0 if the sum is wrong.
+static double read_bandwidth(const uint64_t *a) {
+    size_t n = BENCH_ARRAY_BYTES / sizeof(uint64_t), i;
+    uint64_t sum = 0;
+    double start = now_seconds();
+    #pragma omp parallel for private(i) schedule(static) reduction(+ : sum)
+    for (i = 0; i < n; i++) sum += a[i];
+    double seconds = now_seconds() - start;
+    return sum == (uint64_t)n * (n - 1) / 2 ? BENCH_ARRAY_BYTES / seconds / 1e9 : 0.0;
+}
+
+/* The benchmark's FMA ceiling: FMA_CHAINS independent chains of
+   multiply-adds in registers, iters steps each, with the widest vectors
+   this build has; returns a sum so nothing is optimized away. */
+
+#define FMA_CHAINS 12 // enough to cover FMA latency x FMA units on current cores
+
+#if HAVE_AVX512
+#define SIMD_NAME "AVX-512"
+#define SIMD_FLOATS 16 // lanes of one vector
+static float fma_chains(long iters, float seed) {
+    __m512 a[FMA_CHAINS], m = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], m, b);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += _mm512_reduce_add_ps(a[i]);
+    return sum;
+}
+
+#elif HAVE_AVX2
+#define SIMD_NAME "AVX2"
+#define SIMD_FLOATS 8
+static float fma_chains(long iters, float seed) {
+    __m256 a[FMA_CHAINS], m = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = _mm256_fmadd_ps(a[i], m, b);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += sum_m256(a[i]);
+    return sum;
+}
+
+#elif HAVE_NEON
+#define SIMD_NAME "NEON"
+#define SIMD_FLOATS 4
+static float fma_chains(long iters, float seed) {
+    float32x4_t a[FMA_CHAINS], m = vdupq_n_f32(0.999f), b = vdupq_n_f32(seed);
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = vdupq_n_f32((float)i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = vfmaq_f32(b, a[i], m);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += vaddvq_f32(a[i]);
+    return sum;
+}
+
+#else
+#define SIMD_NAME "plain C"
+#define SIMD_FLOATS 1
+static float fma_chains(long iters, float seed) {
+    float a[FMA_CHAINS];
+    for (int i = 0; i < FMA_CHAINS; i++) a[i] = (float)i;
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < FMA_CHAINS; i++) a[i] = fmaf(a[i], 0.999f, seed);
+    float sum = 0.0f;
+    for (int i = 0; i < FMA_CHAINS; i++) sum += a[i];
+    return sum;
+}
+#endif
+
+// fp32 FMA throughput in GFLOP/s: each thread runs FMA_CHAINS chains of
+// SIMD_FLOATS-wide multiply-adds (2 flops per lane).
+static double fma_peak(void) {
+    long iters = 10000000;
+    float sum = 0.0f;
+    double start = now_seconds();
+    #pragma omp parallel reduction(+ : sum)
+    sum += fma_chains(iters, 1e-3f);
+    double seconds = now_seconds() - start;
+    bench_sink += sum;
+    return 2.0 * FMA_CHAINS * SIMD_FLOATS * (double)iters * bench_threads() / seconds / 1e9;
+}
+
+// Bytes of the layers' matrices plus the classifier: what a generated token reads.
+static double weight_bytes(const Transformer *t) {
+    const Config *c = &t->config;
+    const LayerWeights *lw = &t->weights.layers[0];
+    const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+    double layer = 0.0;
+    for (int i = 0; i < 7; i++) layer += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
+    const Matrix *cls = &t->weights.wcls;
+    return c->n_layers * layer + (double)cls->rows * type_row_bytes(cls->type, cls->cols);
+}
+
+// Multiply-adds in one layer's matrices (per position).
+static double layer_macs(const Config *c) {
+    double q_dim = (double)c->n_heads * c->head_size;
+    return q_dim * c->dim * 2 + 2.0 * kv_dim(c) * c->dim + 3.0 * c->hidden_dim * c->dim;
+}
+
+typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
+
+// One run from position 0: the prompt as a batch, then greedy generation.
+static void bench_model(Transformer *t, const int *prompt, int n_prompt, int n_generate, BenchRound *r) {
+    double start = now_seconds();
+    float *logits = forward_batch(t, prompt, n_prompt, 0, NULL);
+    double prompt_done = now_seconds();
+    for (int i = 0; i < n_generate; i++) logits = forward(t, argmax(logits, t->config.vocab_size), n_prompt + i);
+    r->prompt_tps = n_prompt / (prompt_done - start);
+    r->generate_tps = n_generate / (now_seconds() - prompt_done);
+}
+
+// Medians over BENCH_RUNS rounds; the ceilings too when array is given.
+static BenchRound bench_rounds(Transformer *t, const int *prompt, int n_prompt, int n_generate, const uint64_t *array) {
+    double p[BENCH_RUNS], g[BENCH_RUNS], b[BENCH_RUNS], f[BENCH_RUNS];
+    for (int run = 0; run < BENCH_RUNS; run++) {
+        BenchRound r = {0};
+        if (array) { r.bandwidth = read_bandwidth(array); r.peak = fma_peak(); }
+        bench_model(t, prompt, n_prompt, n_generate, &r);
+        p[run] = r.prompt_tps, g[run] = r.generate_tps, b[run] = r.bandwidth, f[run] = r.peak;
+    }
+    return (BenchRound){.prompt_tps = median(p, BENCH_RUNS), .generate_tps = median(g, BENCH_RUNS),
+                        .bandwidth = median(b, BENCH_RUNS), .peak = median(f, BENCH_RUNS)};
+}
+
+int bench_mode(Transformer *t, const char *path) {
+    const Config *c = &t->config;
+    int n_prompt = c->seq_len / 2 < BENCH_PROMPT ? c->seq_len / 2 : BENCH_PROMPT;
+    int n_generate = c->seq_len - n_prompt < BENCH_GENERATE ? c->seq_len - n_prompt : BENCH_GENERATE;
+    if (n_prompt < 1 || n_generate < 1) return fail("%s: context of %d is too short to benchmark", path, c->seq_len);
+    int prompt[BENCH_PROMPT];
+    uint64_t state = 42;
+    for (int i = 0; i < n_prompt; i++) prompt[i] = i == 0 ? c->bos_id : (int)(random_u32(&state) % (uint32_t)c->vocab_size);
+
+    // what one generated token reads (the cache averaged over the generated
+    // positions); the work of the prompt: matrices, attention, one classifier row
+    double weights = weight_bytes(t);
+    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * (t->state.key_cache ? sizeof(float) : sizeof(uint16_t));
+    double kv_read = kv_per_position * (n_prompt + 1 + (n_generate - 1) / 2.0);
+    double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
+    double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
+
+    double load_before = load_average();
+    BenchRound warm;
+    bench_model(t, prompt, n_prompt, n_generate, &warm); // pages the weights in
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage); // before the bandwidth array
+    double rss_mb = usage.ru_maxrss / 1024.0;
+    uint64_t *array = bench_array();
+    if (!array) return fail("out of memory for the bandwidth test");
+    BenchRound fast = bench_rounds(t, prompt, n_prompt, n_generate, array);
+    free(array);
+    // the plain kernels' "before", for F32 weights up to 1 GB (beyond, it would take many minutes)
+    BenchRound plain = {0};
+    if (c->weight_type == TYPE_F32 && weights <= 1e9) {
+        use_plain_kernels = 1;
+        plain = bench_rounds(t, prompt, n_prompt, n_generate, NULL);
+        use_plain_kernels = 0;
+    }
+
+    double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
+    double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char plain_prompt[64] = "", plain_generate[64] = "", plain_cells[64] = "- | -";
+    if (plain.prompt_tps > 0) {
+        snprintf(plain_prompt, sizeof plain_prompt, " (plain kernels %.1f tok/s: %.1fx)", plain.prompt_tps,
+                 fast.prompt_tps / plain.prompt_tps);
+        snprintf(plain_generate, sizeof plain_generate, " (plain kernels %.1f tok/s: %.1fx)", plain.generate_tps,
+                 fast.generate_tps / plain.generate_tps);
+        snprintf(plain_cells, sizeof plain_cells, "%.1f | %.1f", plain.prompt_tps, plain.generate_tps);
+    }
+    printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
+           type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6,
+           bench_threads(), SIMD_NAME, BENCH_RUNS);
+    printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
+    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s\n", n_prompt, fast.prompt_tps,
+           prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
+    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth%s\n", n_generate,
+           fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain_generate);
+    printf("  peak RSS %.0f MB; load average %.2f before, %.2f after\n", rss_mb, load_before, load_average());
+    printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %s | %.1f | %.1f |\n", name, bench_threads(),
+           fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb,
+           plain_cells, fast.bandwidth, fast.peak);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+   Command line and main */
 
 typedef struct {
     const char *checkpoint;
@@ -3505,23 +3769,29 @@ static int parse_seed(const char *s, uint64_t *out) {
     return 0;
 }
 
+// A type the table can write, by its GGML name in lower case (q8_0).
 static int parse_dtype(const char *s, int *type) {
-    const char *names[] = {"f32", "f16", "q8_0", "q4_0"};
-    const int types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, names[i])) { *type = types[i]; return 0; }
-    return fail("--dtype: '%s' is not one of f32, f16, q8_0, q4_0", s);
+    char names[256] = "";
+    for (int t = 0; t < TYPE_COUNT; t++) {
+        if (!type_supported(t) || !type_traits[t].quantize) continue;
+        char name[16];
+        snprintf(name, sizeof name, "%s", type_name((uint32_t)t));
+        for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
+        if (!strcmp(s, name)) { *type = t; return 0; }
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", name);
+    }
+    return fail("--dtype: '%s' is not one of %s", s, names);
 }
 
-// 0 ok; -1 with error_message naming the flag.
+enum { ARGS_OK = 0, ARGS_HELP = 1 };
+
+// ARGS_OK; ARGS_HELP for -h or --help; -1 with error_message naming the flag.
 int parse_args(Options *o, int argc, char **argv) {
-    *o = (Options){0};
-    o->dtype = -1;
-    o->mode = "generate";
-    o->steps = 256;
-    o->sampling = (SamplerParams){1.0f, 0.9f, 0, 0.0f, 1.0f, 64};
+    *o = (Options){.dtype = -1, .mode = "generate", .steps = 256};
+    o->sampling = (SamplerParams){.temperature = 1.0f, .top_p = 0.9f, .top_k = 0, .min_p = 0.0f,
+                                  .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return fail("help");
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return ARGS_HELP;
     if (argc < 2 || argv[1][0] == '-') return fail("the first argument must be the checkpoint");
     o->checkpoint = argv[1];
     for (int i = 2; i < argc; i++) {
@@ -3568,7 +3838,7 @@ int parse_args(Options *o, int argc, char **argv) {
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
         return fail("-m quantize needs -o OUT_FILE and --dtype f32|f16|q8_0|q4_0");
-    return 0;
+    return ARGS_OK;
 }
 
 // Reads a whole text file into a NUL-terminated buffer (caller frees).
@@ -3636,11 +3906,12 @@ int main(int argc, char **argv) {
     on_ctrl_c.sa_handler = on_interrupt; // no SA_RESTART: Ctrl-C also ends a wait for input
     sigaction(SIGINT, &on_ctrl_c, NULL);
     Options o;
-    if (parse_args(&o, argc, argv) != 0) {
-        int help = !strcmp(error_message, "help");
-        if (!help) fprintf(stderr, "run: %s\n", error_message);
-        usage(help ? stdout : stderr);
-        return help ? 0 : 2;
+    int parsed = parse_args(&o, argc, argv);
+    if (parsed == ARGS_HELP) { usage(stdout); return 0; }
+    if (parsed != ARGS_OK) {
+        fprintf(stderr, "run: %s\n", error_message);
+        usage(stderr);
+        return 2;
     }
     char *text = NULL;
     size_t text_len = 0;
@@ -3670,3 +3941,4 @@ int main(int argc, char **argv) {
     return err ? 1 : interrupted && !strcmp(o.mode, "generate") ? 130 : 0;
 }
 #endif
+

@@ -15,9 +15,10 @@
    Generated files go to build/ (ignored by git): the mkmodel tool, random
    models, bad input files, scratch output.
 
-   Sections: framework; reference readers; model fixtures; tokenizer;
-   forward/logits; sampler; generation; CLI and bad input; chat; GGUF;
-   export.py; main. */
+   Sections, in order: framework; reference readers; model fixtures;
+   tokenizer; forward / logits; kernels (every fast kernel against its
+   plain twin, the dispatch, quantization); sampler; generation; CLI and bad
+   input; hostile input; chat; GGUF; export.py; main. */
 
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -1373,7 +1374,7 @@ static void forward_tests(void) {
 }
 
 /* ============================================================================
-   Kernels: the fast ones against the plain references, on sizes that are not
+   Kernels: each fast kernel against its plain twin, on sizes that are not
    multiples of any vector or tile width, with 1 and 2 threads; batched
    prefill against token by token; the fp16 cache; quantization. */
 
@@ -1409,6 +1410,22 @@ static double order_bound(const float *w, const float *x, int cols) {
     return 1e-5 * s + 1e-30;
 }
 
+// Room for the matrix products' scratch in these tests (widest row 511).
+static MatmulScratch test_scratch(void) {
+    MatmulScratch mm = {0};
+    if (alloc_matmul_scratch(&mm, 512) != 0) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return mm;
+}
+
+// out = x @ m^T for n positions with the fast kernels, or with the plain twins.
+static void product(float *out, const float *x, int n, const Matrix *m, int plain) {
+    MatmulScratch mm = test_scratch();
+    use_plain_kernels = plain;
+    matmul(out, x, n, m, &mm);
+    use_plain_kernels = 0;
+    free_matmul_scratch(&mm);
+}
+
 static void test_matmul_fast_vs_plain(void) {
     uint64_t rng = 42;
     for (int threads = 1; threads <= max_threads(); threads++) {
@@ -1422,8 +1439,9 @@ static void test_matmul_fast_vs_plain(void) {
                 float *plain = malloc((size_t)rows * sizeof(float)), *fast = malloc((size_t)rows * sizeof(float));
                 random_floats(&rng, w, (size_t)rows * cols);
                 random_floats(&rng, x, (size_t)cols);
+                Matrix m = {.data = w, .type = TYPE_F32, .rows = rows, .cols = cols, .kernel = KERNEL_F32};
                 matmul_f32_plain(plain, x, w, rows, cols);
-                matmul_f32_fast(fast, x, w, rows, cols);
+                product(fast, x, 1, &m, 0);
                 for (int i = 0; i < rows; i++, checked++)
                     if (fabs((double)plain[i] - fast[i]) > order_bound(w + (size_t)i * cols, x, cols) && !bad++)
                         format_text(where, sizeof where, "rows %d cols %d row %d: plain %g fast %g", rows, cols, i,
@@ -1431,7 +1449,7 @@ static void test_matmul_fast_vs_plain(void) {
                 free(w); free(x); free(plain); free(fast);
             }
         char name[96];
-        format_text(name, sizeof name, "kernels: matmul_f32_fast == plain, %d thread(s)", threads);
+        format_text(name, sizeof name, "kernels: F32 matmul (dot_f32) == matmul_f32_plain, %d thread(s)", threads);
         report(name, bad == 0, "%d outputs over %d shapes, %d off%s%s", checked, N_KERNEL_SIZES * N_KERNEL_SIZES, bad,
                bad ? "; first: " : "", where);
     }
@@ -1456,7 +1474,7 @@ static void test_matmat_fast_vs_plain(void) {
                     random_floats(&rng, w, (size_t)rows * cols);
                     random_floats(&rng, x, (size_t)n * cols);
                     matmat_f32_plain(plain, x, n, w, rows, cols);
-                    matmat_f32_fast(fast, x, n, w, rows, cols, scratch);
+                    matmat_f32(fast, x, n, w, rows, cols, scratch);
                     for (int t = 0; t < n; t++)
                         for (int i = 0; i < rows; i++, checked++) {
                             double d = fabs((double)plain[(size_t)t * rows + i] - fast[(size_t)t * rows + i]);
@@ -1466,7 +1484,7 @@ static void test_matmat_fast_vs_plain(void) {
                     free(w); free(x); free(plain); free(fast); free(scratch);
                 }
         char name[96];
-        format_text(name, sizeof name, "kernels: matmat_f32_fast (prefill tiles) == plain, %d thread(s)", threads);
+        format_text(name, sizeof name, "kernels: matmat_f32 (prefill tiles) == matmat_f32_plain, %d thread(s)", threads);
         report(name, bad == 0, "%d outputs, %d off%s%s", checked, bad, bad ? "; first: " : "", where);
     }
     set_threads(max_threads());
@@ -1478,7 +1496,7 @@ static void test_matmat_fast_vs_plain(void) {
 // sum over blocks of (sum |w|) * (d/2 + 127 |d - s|), plus float order.
 static double activation_bound(const Matrix *m, int row, const float *x) {
     float *w = malloc((size_t)m->cols * sizeof(float));
-    matrix_row(w, m, row);
+    dequantize_row(w, m, row);
     double bound = 0.0;
     for (int b = 0; b * QK < m->cols; b++) {
         double amax = 0.0, wsum = 0.0;
@@ -1494,48 +1512,169 @@ static double activation_bound(const Matrix *m, int row, const float *x) {
     return bound;
 }
 
-static void test_quantized_kernels(void) {
-    uint64_t rng = 11;
-    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
-    for (int ty = 0; ty < 2; ty++) {
-        int checked = 0, bad = 0, batch_bad = 0;
-        char where[128] = "";
-        for (int a = 0; a < N_KERNEL_SIZES; a++)
-            for (int b = 0; b < N_KERNEL_SIZES; b++) {
-                int rows = kernel_sizes[a], cols = kernel_sizes[b], n = 5;
-                size_t row_bytes = type_row_bytes(types[ty], cols);
-                unsigned char *data = malloc((size_t)rows * row_bytes);
-                float *w = malloc((size_t)cols * sizeof(float)), *x = malloc((size_t)n * cols * sizeof(float));
-                float *plain = malloc((size_t)rows * sizeof(float)), *fast = malloc((size_t)rows * sizeof(float));
-                float *batch = malloc((size_t)n * rows * sizeof(float));
-                for (int i = 0; i < rows; i++) {
-                    random_floats(&rng, w, (size_t)cols);
-                    quantize_row(data + (size_t)i * row_bytes, w, cols, types[ty]);
-                }
-                random_floats(&rng, x, (size_t)n * cols);
-                Matrix m = {data, types[ty], rows, cols, NULL};
-                ActBlock *xq = malloc((size_t)n * ((cols + QK - 1) / QK) * sizeof(ActBlock));
-                use_plain_kernels = 1;
-                matmul(plain, x, &m, xq);
-                use_plain_kernels = 0;
-                matmul(fast, x, &m, xq);
-                matmat(batch, x, n, &m, NULL, xq);
-                free(xq);
-                for (int i = 0; i < rows; i++, checked++) {
-                    if (fabs((double)plain[i] - fast[i]) > activation_bound(&m, i, x) && !bad++)
-                        format_text(where, sizeof where, "rows %d cols %d row %d: plain %g integer %g", rows, cols, i,
-                                    plain[i], fast[i]);
-                    batch_bad += batch[i] != fast[i]; // position 0 of the batch: the same blocks, the same sums
-                }
-                free(data); free(w); free(x); free(plain); free(fast); free(batch);
-            }
-        char name[96];
-        format_text(name, sizeof name, "kernels: %s integer matmul == float reference within activation rounding",
-                    type_name((uint32_t)types[ty]));
-        report(name, bad == 0, "%d outputs, %d off%s%s", checked, bad, bad ? "; first: " : "", where);
-        format_text(name, sizeof name, "kernels: %s matmat (prefill) == matmul, bit for bit", type_name((uint32_t)types[ty]));
-        report(name, batch_bad == 0, "%d outputs, %d differ", checked, batch_bad);
+// A random matrix (rows, cols) of a type the table can write, rows of
+// different scales; free m.data.
+static Matrix random_matrix(uint64_t *rng, int type, int rows, int cols) {
+    size_t row_bytes = type_row_bytes(type, cols);
+    unsigned char *data = malloc((size_t)rows * row_bytes);
+    float *w = malloc((size_t)cols * sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        random_floats(rng, w, (size_t)cols);
+        for (int j = 0; j < cols; j++) w[j] *= (float)(0.5 + i % 3);
+        quantize_row(data + (size_t)i * row_bytes, w, cols, type);
     }
+    free(w);
+    return (Matrix){.data = data, .type = type, .rows = rows, .cols = cols, .kernel = KERNEL_ROWS};
+}
+
+// The row kernels of every type the table can write (KERNEL_ROWS): the
+// plain twin against the float reference (dequantized rows times x) within
+// the activation rounding of its act_type, the fast dot against the plain
+// twin within float order, and a batch of positions against one position
+// bit for bit; 1 and 2 threads.
+static void test_row_kernels(void) {
+    uint64_t rng = 11;
+    for (int type = 0; type < TYPE_COUNT; type++) {
+        if (!type_supported(type) || !type_traits[type].quantize) continue;
+        int checked = 0, bad_ref = 0, bad_fast = 0, bad_batch = 0, n = 5;
+        char where[160] = "";
+        for (int threads = 1; threads <= max_threads(); threads++) {
+            set_threads(threads);
+            for (int a = 0; a < N_KERNEL_SIZES; a++)
+                for (int b = 0; b < N_KERNEL_SIZES; b++) {
+                    int rows = kernel_sizes[a], cols = kernel_sizes[b];
+                    Matrix m = random_matrix(&rng, type, rows, cols);
+                    float *x = malloc((size_t)n * cols * sizeof(float)), *w = malloc((size_t)cols * sizeof(float));
+                    float *plain = malloc((size_t)rows * sizeof(float)), *fast = malloc((size_t)rows * sizeof(float));
+                    float *batch = malloc((size_t)n * rows * sizeof(float));
+                    random_floats(&rng, x, (size_t)n * cols);
+                    product(plain, x, 1, &m, 1);
+                    product(fast, x, 1, &m, 0);
+                    product(batch, x, n, &m, 0);
+                    for (int i = 0; i < rows; i++, checked++) {
+                        dequantize_row(w, &m, i);
+                        double ref = 0.0;
+                        for (int j = 0; j < cols; j++) ref += (double)w[j] * x[j];
+                        double bound = type_traits[type].act_type == TYPE_F32 ? order_bound(w, x, cols) : activation_bound(&m, i, x);
+                        if (fabs(ref - plain[i]) > bound && !bad_ref++)
+                            format_text(where, sizeof where, "; plain off: rows %d cols %d row %d: %g vs float %g", rows, cols, i, plain[i], ref);
+                        if (fabs((double)fast[i] - plain[i]) > order_bound(w, x, cols) && !bad_fast++)
+                            format_text(where, sizeof where, "; fast off: rows %d cols %d row %d: %g vs plain %g", rows, cols, i, fast[i], plain[i]);
+                        bad_batch += batch[i] != fast[i]; // position 0 of the batch: the same blocks, the same sums
+                    }
+                    free((void *)m.data); free(x); free(w); free(plain); free(fast); free(batch);
+                }
+        }
+        set_threads(max_threads());
+        char name[160];
+        format_text(name, sizeof name, "kernels: %s row kernels: plain == float reference within activation rounding, "
+                    "fast == plain, batch == one position", type_name((uint32_t)type));
+        report(name, bad_ref == 0 && bad_fast == 0 && bad_batch == 0, "%d outputs, %d off the reference, %d fast off, "
+               "%d batch off%s", checked, bad_ref, bad_fast, bad_batch, where);
+    }
+}
+
+// BF16 rows (the table reads them but writes none): bf16 is the top half
+// of a float, so truncated floats make exact test weights.
+static void test_bf16_rows(void) {
+    uint64_t rng = 13;
+    enum { ROWS = 13, COLS = 172 };
+    uint16_t data[ROWS * COLS];
+    float w[COLS], x[COLS], got[ROWS];
+    random_floats(&rng, x, COLS);
+    for (int i = 0; i < ROWS * COLS; i++) {
+        float f = (float)(2.0 * random_unit_double(&rng) - 1.0);
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        data[i] = (uint16_t)(bits >> 16);
+    }
+    Matrix m = {.data = data, .type = TYPE_BF16, .rows = ROWS, .cols = COLS, .kernel = choose_kernel(TYPE_BF16)};
+    product(got, x, 1, &m, 0);
+    int bad = 0;
+    for (int i = 0; i < ROWS; i++) {
+        dequantize_row(w, &m, i);
+        double ref = 0.0;
+        for (int j = 0; j < COLS; j++) {
+            uint32_t bits = (uint32_t)data[i * COLS + j] << 16;
+            float f;
+            memcpy(&f, &bits, 4);
+            bad += w[j] != f;
+            ref += (double)f * x[j];
+        }
+        bad += fabs(ref - got[i]) > order_bound(w, x, COLS);
+    }
+    report("kernels: BF16 rows dequantize exactly and their products match the float reference", bad == 0,
+           "%d rows, %d off", ROWS, bad);
+}
+
+// The small kernels with SIMD paths against their plain twins: swiglu
+// (relative 2^-20: its exp is within 2^-23), the fp16 cache's dot, axpy
+// and store (the store bit for bit), and f16_to_f32 for all 65536 halves.
+static void test_small_twins(void) {
+    enum { N = 173 };
+    uint64_t rng = 31;
+    float a[N], b[N], c[N], d[N];
+    uint16_t h[N], h2[N];
+    int bad_swiglu = 0, bad_f16 = 0, bad_half = 0;
+    for (int trial = 0; trial < 20; trial++) {
+        random_floats(&rng, a, N);
+        random_floats(&rng, b, N);
+        for (int i = 0; i < N; i++) a[i] *= 20.0f; // gates well into silu's tails
+        memcpy(c, a, sizeof a);
+        memcpy(d, a, sizeof a);
+        swiglu(c, b, N);
+        swiglu_plain(d, b, N);
+        for (int i = 0; i < N; i++) bad_swiglu += fabsf(c[i] - d[i]) > 1e-6f * fabsf(d[i]) + 1e-30f;
+        f32_to_f16_row(h, b, N);
+        f32_to_f16_row_plain(h2, b, N);
+        bad_f16 += memcmp(h, h2, sizeof h) != 0;
+        for (int n = 1; n <= N; n += 43) {
+            double bound = 0.0;
+            for (int i = 0; i < n; i++) bound += fabs((double)a[i] * f16_to_f32_plain(h[i]));
+            bad_f16 += fabs((double)dot_f32_f16(a, h, n) - dot_f32_f16_plain(a, h, n)) > 1e-5 * bound + 1e-30;
+            memcpy(c, b, sizeof b);
+            memcpy(d, b, sizeof b);
+            axpy_f16(c, a[0], h, n);
+            axpy_f16_plain(d, a[0], h, n);
+            for (int i = 0; i < n; i++) bad_f16 += fabsf(c[i] - d[i]) > 1e-6f * (fabsf(d[i]) + fabsf(a[0])) + 1e-30f;
+        }
+    }
+    for (uint32_t v = 0; v < 65536; v++) {
+        float x = f16_to_f32((uint16_t)v), y = f16_to_f32_plain((uint16_t)v);
+        bad_half += isnan(y) ? !isnan(x) : memcmp(&x, &y, sizeof x) != 0;
+    }
+    report("kernels: swiglu, the fp16 cache's dot/axpy/store and f16_to_f32 == their plain twins", 
+           bad_swiglu == 0 && bad_f16 == 0 && bad_half == 0, "swiglu %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off",
+           bad_swiglu, bad_f16, bad_half);
+}
+
+// A NaN or infinity anywhere in x makes every output of every kernel NaN
+// (the dispatch checks x once), for one position and for a batch.
+static void test_dispatch_not_finite(void) {
+    uint64_t rng = 37;
+    int checked = 0, bad = 0;
+    int types[] = {TYPE_F32, TYPE_F16, TYPE_Q8_0, TYPE_Q4_0};
+    for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++)
+        for (int n = 1; n <= 9; n += 8) {
+            int rows = 33, cols = 172;
+            Matrix m = random_matrix(&rng, types[ty], rows, cols);
+            m.kernel = choose_kernel(m.type);
+            unsigned char *packed = NULL;
+            if (m.kernel == KERNEL_PACKED && posix_memalign((void **)&packed, 64, packed_size(&m)) == 0) {
+                pack_matrix(packed, &m);
+                m.packed = packed;
+            }
+            float *x = malloc((size_t)n * cols * sizeof(float)), *out = malloc((size_t)n * rows * sizeof(float));
+            for (int v = 0; v < 3; v++) {
+                random_floats(&rng, x, (size_t)n * cols);
+                x[(size_t)(n - 1) * cols + (v * 61) % cols] = v == 0 ? NAN : v == 1 ? INFINITY : -INFINITY;
+                product(out, x, n, &m, 0);
+                for (int i = 0; i < n * rows; i++, checked++) bad += !isnan(out[i]);
+            }
+            free(x); free(out); free((void *)m.data); free(packed);
+        }
+    report("dispatch: x with a NaN or infinity gives NaN outputs (F32, F16, Q8_0, Q4_0; 1 and 9 positions)",
+           bad == 0, "%d outputs, %d not NaN", checked, bad);
 }
 
 // exp_row (SIMD where built, used by softmax and SwiGLU) against exp in
@@ -1573,21 +1712,13 @@ static void test_exp_row(void) {
    for tiles of positions (prefill), with 1 and 2 threads. */
 
 // A random Q8_0/Q4_0 matrix (rows, cols), packed; free data and packed.
-static Matrix random_quantized(uint64_t *rng, int type, int rows, int cols) {
-    size_t row_bytes = type_row_bytes(type, cols);
-    unsigned char *data = malloc((size_t)rows * row_bytes);
-    float *w = malloc((size_t)cols * sizeof(float));
-    for (int i = 0; i < rows; i++) {
-        random_floats(rng, w, (size_t)cols);
-        for (int j = 0; j < cols; j++) w[j] *= (float)(0.5 + i % 3); // rows of different scales
-        quantize_row(data + (size_t)i * row_bytes, w, cols, type);
-    }
-    free(w);
-    Matrix m = {data, type, rows, cols, NULL};
+static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
+    Matrix m = random_matrix(rng, type, rows, cols);
     unsigned char *packed = NULL;
     if (posix_memalign((void **)&packed, 64, packed_size(&m)) != 0) return m;
     pack_matrix(packed, &m);
     m.packed = packed;
+    m.kernel = KERNEL_PACKED;
     return m;
 }
 
@@ -1599,17 +1730,17 @@ static void test_packed_layout(void) {
         for (int a = 0; a < N_KERNEL_SIZES; a++)
             for (int b = 0; b < N_KERNEL_SIZES; b++) {
                 int rows = kernel_sizes[a], cols = kernel_sizes[b];
-                Matrix m = random_quantized(&rng, types[ty], rows, cols);
+                Matrix m = random_packed(&rng, types[ty], rows, cols);
                 float *row = malloc((size_t)cols * sizeof(float));
                 int n_blocks = (cols + QK - 1) / QK, n_groups = (rows + GROUP_ROWS - 1) / GROUP_ROWS;
                 for (int g = 0; g < n_groups; g++)
                     for (int r = 0; r < GROUP_ROWS; r++) {
                         int i = g * GROUP_ROWS + r;
-                        if (i < rows) matrix_row(row, &m, i);
+                        if (i < rows) dequantize_row(row, &m, i);
                         for (int j = 0; j < n_blocks * QK; j++, checked++) {
                             size_t gb = (size_t)g * n_blocks + j / QK;
                             float scale = f16_to_f32(packed_scales(&m)[gb * GROUP_ROWS + r]);
-                            int stored = packed_value(m.packed + gb * packed_quant_bytes(m.type), r, j % QK, m.type);
+                            int stored = packed_value(m.packed + gb * type_traits[m.type].packed_bytes, r, j % QK, m.type);
                             float got = scale * (stored - (m.type == TYPE_Q8_0 ? 128 : 8));
                             float want = i < rows && j < cols ? row[j] : 0.0f; // padding rows and columns are zeros
                             if (got != want && !bad++)
@@ -1623,8 +1754,7 @@ static void test_packed_layout(void) {
            "%d values, %d off%s", checked, bad, where);
 }
 
-// quantize_act (SIMD where built) == quantize_act_plain, and both refuse
-// values that are not finite.
+// quantize_act (SIMD where built) == quantize_act_plain.
 static void test_quantize_act(void) {
     uint64_t rng = 9;
     int bad = 0, checked = 0;
@@ -1633,22 +1763,20 @@ static void test_quantize_act(void) {
         int cols = kernel_sizes[a], n_blocks = (cols + QK - 1) / QK;
         float *x = malloc((size_t)cols * sizeof(float));
         ActBlock *fast = calloc((size_t)n_blocks, sizeof(ActBlock)), *plain = calloc((size_t)n_blocks, sizeof(ActBlock));
-        for (int trial = 0; trial < 8; trial++, checked++) {
+        for (int trial = 0; trial < 6; trial++, checked++) {
             random_floats(&rng, x, (size_t)cols);
             if (trial == 1) for (int j = 0; j < cols; j++) x[j] *= 1e-30f; // 1/scale overflows: zeros
             if (trial == 2) for (int j = 0; j < cols; j++) x[j] = 0.0f;
             if (trial == 3) for (int j = 0; j < cols; j++) x[j] = (j % 7 - 3) * 0.5f; // halves: round to even
-            int want_bad = trial >= 6;
-            if (trial == 6) x[cols - 1] = NAN;
-            if (trial == 7) x[cols / 2] = -INFINITY;
-            int rf = quantize_act(fast, x, cols, TYPE_Q8_0), rp = quantize_act_plain(plain, x, cols, TYPE_Q8_0);
-            int same = rf == rp && rf == (want_bad ? -1 : 0);
-            if (!want_bad) same = same && memcmp(fast, plain, (size_t)n_blocks * sizeof(ActBlock)) == 0;
-            if (!same && !bad++) format_text(where, sizeof where, "; first: cols %d trial %d", cols, trial);
+            int type = trial % 2 ? TYPE_Q4_0 : TYPE_Q8_0;
+            quantize_act(fast, x, cols, type);
+            quantize_act_plain(plain, x, cols, type);
+            if (memcmp(fast, plain, (size_t)n_blocks * sizeof(ActBlock)) != 0 && !bad++)
+                format_text(where, sizeof where, "; first: cols %d trial %d", cols, trial);
         }
         free(x); free(fast); free(plain);
     }
-    report("kernels: quantize_act == quantize_act_plain (incl. tiny, zero, halves, NaN/inf refused)", bad == 0,
+    report("kernels: quantize_act == quantize_act_plain (incl. tiny, zero, halves)", bad == 0,
            "%d inputs, %d off%s", checked, bad, where);
 }
 
@@ -1665,46 +1793,59 @@ static void test_packed_kernels(void) {
                 for (int b = 0; b < N_KERNEL_SIZES; b++)
                     for (size_t p = 0; p < sizeof positions / sizeof positions[0]; p++) {
                         int rows = kernel_sizes[a], cols = kernel_sizes[b], n = positions[p];
-                        Matrix m = random_quantized(&rng, types[ty], rows, cols);
-                        ActBlock *xq = malloc((size_t)n * ((cols + QK - 1) / QK) * sizeof(ActBlock));
-                        float *x = malloc((size_t)n * cols * sizeof(float));
-                        float *ref = malloc((size_t)n * rows * sizeof(float)), *plain = malloc((size_t)n * rows * sizeof(float));
-                        float *simd = malloc((size_t)n * rows * sizeof(float)), *one = malloc((size_t)rows * sizeof(float));
+                        Matrix m = random_packed(&rng, types[ty], rows, cols);
+                        float *x = malloc((size_t)n * cols * sizeof(float)), *w = malloc((size_t)cols * sizeof(float));
+                        float *plain = malloc((size_t)n * rows * sizeof(float)), *simd = malloc((size_t)n * rows * sizeof(float));
+                        float *one = malloc((size_t)rows * sizeof(float));
                         random_floats(&rng, x, (size_t)n * cols);
-                        Matrix unpacked = m;
-                        unpacked.packed = NULL;
-                        use_plain_kernels = 1;
-                        for (int t = 0; t < n; t++) matmul(ref + (size_t)t * rows, x + (size_t)t * cols, &unpacked, xq); // float
-                        matmat(plain, x, n, &m, NULL, xq);
-                        use_plain_kernels = 0;
-                        matmat(simd, x, n, &m, NULL, xq);
+                        product(plain, x, n, &m, 1);
+                        product(simd, x, n, &m, 0);
                         for (int t = 0; t < n; t++) {
-                            matmul(one, x + (size_t)t * cols, &m, xq);
+                            product(one, x + (size_t)t * cols, 1, &m, 0);
                             for (int i = 0; i < rows; i++, checked++) {
                                 size_t at = (size_t)t * rows + i;
-                                if (fabs((double)ref[at] - plain[at]) > activation_bound(&m, i, x + (size_t)t * cols) && !bad_ref++)
+                                dequantize_row(w, &m, i);
+                                double ref = 0.0;
+                                for (int j = 0; j < cols; j++) ref += (double)w[j] * x[(size_t)t * cols + j];
+                                if (fabs(ref - plain[at]) > activation_bound(&m, i, x + (size_t)t * cols) && !bad_ref++)
                                     format_text(where, sizeof where, "; plain off: rows %d cols %d n %d at (%d, %d): %g vs float %g",
-                                                rows, cols, n, t, i, plain[at], ref[at]);
+                                                rows, cols, n, t, i, plain[at], ref);
                                 if (simd[at] != plain[at] && !bad_simd++)
                                     format_text(where, sizeof where, "; SIMD off: rows %d cols %d n %d at (%d, %d): %g vs plain %g",
                                                 rows, cols, n, t, i, simd[at], plain[at]);
                                 bad_batch += one[i] != simd[at];
                             }
                         }
-                        free(xq); free(x); free(ref); free(plain); free(simd); free(one);
+                        free(x); free(w); free(plain); free(simd); free(one);
                         free((void *)m.data); free((void *)m.packed);
                     }
             char name[128];
             format_text(name, sizeof name, "kernels: packed %s: plain == float reference within activation rounding, "
                         "%s, %d thread(s)", type_name((uint32_t)types[ty]),
-                        PACKED_KERNELS ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build", threads);
+                        HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build", threads);
             report(name, bad_ref == 0 && bad_simd == 0, "%d outputs, %d off the reference, %d SIMD off%s", checked, bad_ref, bad_simd, where);
-            format_text(name, sizeof name, "kernels: packed %s matmat (prefill tiles) == matmul bit for bit, %d thread(s)",
+            format_text(name, sizeof name, "kernels: packed %s prefill tiles == one position bit for bit, %d thread(s)",
                         type_name((uint32_t)types[ty]), threads);
             report(name, bad_batch == 0, "%d outputs, %d differ", checked, bad_batch);
         }
     }
     set_threads(max_threads());
+}
+
+// Sets value k of block b of a Q8_0 or Q4_0 row to v (Q8_0: -128..127,
+// Q4_0: -8..7), and the block's scale to 1.
+static void set_block_value(void *row, int type, int b, int k, int v) {
+    if (type == TYPE_Q8_0) {
+        BlockQ8_0 *block = (BlockQ8_0 *)row + b;
+        block->d = 0x3C00; // 1.0 in half precision
+        block->qs[k] = (int8_t)v;
+        return;
+    }
+    BlockQ4_0 *block = (BlockQ4_0 *)row + b;
+    block->d = 0x3C00;
+    int shift = k < QK / 2 ? 0 : 4;
+    uint8_t *byte = &block->qs[k % (QK / 2)];
+    *byte = (uint8_t)((*byte & ~(0xF << shift)) | (v + 8) << shift);
 }
 
 // The packed kernels at the ends of the integer ranges, all scales 1:
@@ -1717,14 +1858,13 @@ static void test_packed_extremes(void) {
     for (int ty = 0; ty < 2; ty++) {
         int bad = 0;
         char where[128] = "";
-        size_t row_bytes = type_row_bytes(types[ty], COLS), block_bytes = types[ty] == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+        size_t row_bytes = type_row_bytes(types[ty], COLS);
         unsigned char *data = calloc(ROWS, row_bytes), *packed = NULL;
-        Matrix m = {data, types[ty], ROWS, COLS, NULL};
+        Matrix m = {.data = data, .type = types[ty], .rows = ROWS, .cols = COLS, .kernel = KERNEL_PACKED};
         if (posix_memalign((void **)&packed, 64, packed_size(&m)) != 0) { report("kernels: packed extremes", 0, "out of memory"); free(data); return; }
         for (int trial = 0; trial < TRIALS; trial++) {
             int w[ROWS][COLS];
             ActBlock xq[COLS / QK];
-            memset(data, 0, ROWS * row_bytes);
             for (int b = 0; b < COLS / QK; b++) {
                 xq[b].scale = 1.0f;
                 int sum = 0;
@@ -1736,29 +1876,19 @@ static void test_packed_extremes(void) {
                 xq[b].bias = (types[ty] == TYPE_Q8_0 ? 128 : 8) * sum;
             }
             for (int i = 0; i < ROWS; i++)
-                for (int b = 0; b < COLS / QK; b++) {
-                    unsigned char *block = data + (size_t)i * row_bytes + b * block_bytes;
-                    put_u16(block, 0x3C00); // 1.0
-                    for (int k = 0; k < QK; k++) {
-                        int high = trial == 0 ? (i + k) % 2 : (int)(next_random(&rng) & 1); // trial 0: both ends, with x 127 everywhere
-                        if (types[ty] == TYPE_Q8_0) {
-                            w[i][b * QK + k] = high ? 127 : -128;
-                            block[2 + k] = (unsigned char)(int8_t)w[i][b * QK + k];
-                        } else {
-                            w[i][b * QK + k] = high ? 7 : -8;
-                            block[2 + k % 16] |= (unsigned char)((high ? 15 : 0) << (k < 16 ? 0 : 4));
-                        }
-                    }
+                for (int j = 0; j < COLS; j++) {
+                    int high = trial == 0 ? (i + j) % 2 : (int)(next_random(&rng) & 1); // trial 0: both ends, with x 127 everywhere
+                    w[i][j] = types[ty] == TYPE_Q8_0 ? (high ? 127 : -128) : (high ? 7 : -8);
+                    set_block_value(data + (size_t)i * row_bytes, types[ty], j / QK, j % QK, w[i][j]);
                 }
             pack_matrix(packed, &m);
             m.packed = packed;
             float got[ROWS];
             for (int plain = 0; plain < 2; plain++) {
-                use_plain_kernels = plain;
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
-                    if (plain || !PACKED_KERNELS) packed_group_ref(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
-#if PACKED_KERNELS
+                    if (plain || !HAVE_AVX512_VNNI) packed_group_plain(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
+#if HAVE_AVX512_VNNI
                     else packed_group(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
 #endif
                 }
@@ -1769,7 +1899,6 @@ static void test_packed_extremes(void) {
                         format_text(where, sizeof where, "; first: trial %d row %d %s: %g, not %ld", trial, i, plain ? "plain" : "SIMD", got[i], expect);
                 }
             }
-            use_plain_kernels = 0;
         }
         char name[96];
         format_text(name, sizeof name, "kernels: packed %s exact at the integer extremes", type_name((uint32_t)types[ty]));
@@ -1778,49 +1907,43 @@ static void test_packed_extremes(void) {
     }
 }
 
-// dot_q8 at the ends of the integer ranges, all scales 1: Q8_0 weights -128
-// or 127 (a file may hold -128; our quantizer never writes it), Q4_0 nibbles
-// 0 or 15, activations -127 or 127 (the most quantize_row gives). Every SIMD
-// path must give the exact integer sum, which float holds (< 2^24); the
-// first trial takes the largest products everywhere, to catch overflow in
-// narrow intermediate sums.
-static void test_dot_q8_extremes(void) {
+// The Q8_0/Q4_0 row dots (fast and plain) at the ends of the integer
+// ranges, all scales 1: Q8_0 weights -128 or 127 (a file may hold -128;
+// our quantizer never writes it), Q4_0 values -8 or 7, activations -127 or
+// 127 (the most quantize_q8_0 gives). Every SIMD path must give the exact
+// integer sum, which float holds (< 2^24); the first trial takes the
+// largest products everywhere, to catch overflow in narrow intermediate sums.
+static void test_dot_extremes(void) {
     enum { BLOCKS = 3, TRIALS = 64 };
-    unsigned char row[BLOCKS * Q8_0_BLOCK_BYTES], xq[BLOCKS * Q8_0_BLOCK_BYTES];
+    BlockQ8_0 row8[BLOCKS], xq[BLOCKS];
+    BlockQ4_0 row4[BLOCKS];
     int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
     uint64_t rng = 5;
     for (int ty = 0; ty < 2; ty++) {
         int bad = 0;
         char where[128] = "";
-        size_t block_bytes = types[ty] == TYPE_Q8_0 ? Q8_0_BLOCK_BYTES : Q4_0_BLOCK_BYTES;
+        void *row = types[ty] == TYPE_Q8_0 ? (void *)row8 : (void *)row4;
         for (int trial = 0; trial < TRIALS; trial++) {
             long expect = 0;
-            memset(row, 0, sizeof row);
+            memset(row8, 0, sizeof row8);
+            memset(row4, 0, sizeof row4);
             for (int b = 0; b < BLOCKS; b++) {
-                unsigned char *wb = row + b * block_bytes, *xb = xq + b * Q8_0_BLOCK_BYTES;
-                put_u16(wb, 0x3C00); // 1.0 in half precision
-                put_u16(xb, 0x3C00);
+                xq[b].d = 0x3C00; // 1.0 in half precision
                 for (int k = 0; k < QK; k++) {
                     uint64_t bits = trial == 0 ? 0 : next_random(&rng);
-                    int x = bits & 1 ? 127 : -127, w;
-                    xb[2 + k] = (unsigned char)(int8_t)x;
-                    if (types[ty] == TYPE_Q8_0) {
-                        w = bits & 2 ? 127 : -128;
-                        wb[2 + k] = (unsigned char)(int8_t)w;
-                    } else {
-                        int nibble = bits & 2 ? 15 : 0;
-                        w = nibble - 8;
-                        wb[2 + k % 16] |= (unsigned char)(k < 16 ? nibble : nibble << 4);
-                    }
+                    int x = bits & 1 ? 127 : -127, w = types[ty] == TYPE_Q8_0 ? (bits & 2 ? 127 : -128) : (bits & 2 ? 7 : -8);
+                    xq[b].qs[k] = (int8_t)x;
+                    set_block_value(row, types[ty], b, k, w);
                     expect += (long)w * x;
                 }
             }
-            float got = dot_q8(row, xq, BLOCKS, types[ty]);
-            if (got != (float)expect && !bad++)
-                format_text(where, sizeof where, "; first: trial %d, %g instead of %ld", trial, got, expect);
+            const TypeTraits *tt = &type_traits[types[ty]];
+            float fast = tt->dot(row, xq, BLOCKS * QK), plain = tt->dot_plain(row, xq, BLOCKS * QK);
+            if ((fast != (float)expect || plain != (float)expect) && !bad++)
+                format_text(where, sizeof where, "; first: trial %d, %g (plain %g) instead of %ld", trial, fast, plain, expect);
         }
         char name[96];
-        format_text(name, sizeof name, "kernels: %s dot_q8 exact at the integer extremes", type_name((uint32_t)types[ty]));
+        format_text(name, sizeof name, "kernels: %s dot and dot_plain exact at the integer extremes", type_name((uint32_t)types[ty]));
         report(name, bad == 0, "%d rows of %d blocks, %d off%s", TRIALS, BLOCKS, bad, where);
     }
 }
@@ -1963,7 +2086,7 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
     remove(out);
 }
 
-// Quality of quantized weights (issue: Q8_0 keeps top-1 >= 99%): each
+// Quality of quantized weights (the target: Q8_0 keeps top-1 >= 99%): each
 // logits case's model quantized by quantize_mode and fed the case's ids;
 // at every position its logits against the fp32 model's (which the logits
 // tests hold to the references within 1e-4): the worst row error and how
@@ -2025,8 +2148,11 @@ static void test_quantized_quality(int type, double min_top1, double max_error) 
 static void kernel_tests(void) {
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
-    test_quantized_kernels();
-    test_dot_q8_extremes();
+    test_row_kernels();
+    test_bf16_rows();
+    test_dot_extremes();
+    test_small_twins();
+    test_dispatch_not_finite();
     test_exp_row();
     test_packed_layout();
     test_quantize_act();
@@ -3017,7 +3143,7 @@ static void cli_tests(void) {
 }
 
 /* ============================================================================
-   Hostile input (issue 7): a closed pipe, Ctrl-C, invalid UTF-8 and NUL bytes */
+   Hostile input: a closed pipe, Ctrl-C, invalid UTF-8 and NUL bytes */
 
 // 1 if b[0..n) is valid UTF-8 with no control characters but tab and newlines.
 static int clean_utf8(const unsigned char *b, size_t n) {
@@ -3199,7 +3325,7 @@ static void hostile_tests(void) {
 }
 
 /* ============================================================================
-   Chat (issue 3): Llama 2's format through "./run -m chat --trace FILE" */
+   Chat: Llama 2's format through "./run -m chat --trace FILE" */
 
 #define CHAT_TRACE "build/tmp/chat.trace"
 #define CHAT_SCRIPT "build/tmp/chat-script.txt"
@@ -3767,7 +3893,7 @@ static void chat_tests(void) {
 }
 
 /* ============================================================================
-   GGUF (issue 6): llama.cpp's files, and small files written here */
+   GGUF: llama.cpp's files, and small files written here */
 
 // The tolerance SHARED/README.md gives a GGUF file by its weight type, which
 // the file's name tells; -1 if it names none.
@@ -4444,7 +4570,7 @@ static void gguf_tests(void) {
 }
 
 /* ============================================================================
-   export.py (issue 4), run with Debian's python3, which has numpy */
+   export.py, run with Debian's python3, which has numpy */
 
 #define PYTHON "/usr/bin/python3"
 

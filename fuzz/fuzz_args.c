@@ -23,7 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     argv[argc] = NULL;
     Options o;
     error_message[0] = '\0';
-    if (parse_args(&o, argc, argv) != 0) {
+    int parsed = parse_args(&o, argc, argv);
+    if (parsed == ARGS_HELP) {
+        // -h or --help anywhere: nothing else matters
+    } else if (parsed != ARGS_OK) {
         if (error_message[0] == '\0') abort(); // every refusal says why
     } else {
         const SamplerParams *p = &o.sampling;
@@ -36,8 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             strcmp(o.mode, "bench") && strcmp(o.mode, "quantize"))
             abort();
         if (!strcmp(o.mode, "logits") && (!o.prompt_file || !o.output)) abort();
-        if (!strcmp(o.mode, "quantize") && (!o.output || !(o.dtype == TYPE_F32 || o.dtype == TYPE_F16 ||
-                                                             o.dtype == TYPE_Q8_0 || o.dtype == TYPE_Q4_0)))
+        if (!strcmp(o.mode, "quantize") && (!o.output || !type_supported(o.dtype) || !type_traits[o.dtype].quantize))
             abort();
         if (o.prompt && o.prompt_file) abort();
     }

@@ -43,8 +43,8 @@ static void fuzz_check_gguf(const uint8_t *data, size_t size) {
             const GgufTensor *t = &g.tensors[i];
             unsigned __int128 values = 1;
             for (int d = 0; d < t->n_dims; d++) values *= t->dims[d];
-            unsigned __int128 bytes = t->type == TYPE_F32 ? values * 4 : t->type == TYPE_F16 || t->type == TYPE_BF16 ? values * 2
-                                    : t->type == TYPE_Q8_0 ? values / QK * Q8_0_BLOCK_BYTES : values / QK * Q4_0_BLOCK_BYTES;
+            const TypeTraits *tt = &type_traits[t->type]; // accepted, so a type of the table
+            unsigned __int128 bytes = values / (unsigned)tt->block_size * tt->block_bytes;
             end[i] = t->offset + bytes;
             if (end[i] > g.data_size) {
                 fprintf(stderr, "fuzz_gguf: tensor %.*s (%llu x %llu x %llu x %llu) ends past the file but was accepted\n",
