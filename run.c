@@ -2022,13 +2022,14 @@ static __m512 exp_16(__m512 x) {
 }
 #endif
 
-// x[i] = e^(x[i] - shift) for n values; returns their sum.
-static float exp_row_plain(float *x, int n, float shift) {
-    float sum = 0.0f;
+// x[i] = e^(x[i] - shift) for n values; returns sum plus the new values,
+// added in order (exp_row passes what its vectors summed).
+static float exp_row_plain(float *x, int n, float shift, float sum) {
     for (int i = 0; i < n; i++) { x[i] = expf(x[i] - shift); sum += x[i]; }
     return sum;
 }
 
+// x[i] = e^(x[i] - shift) for n values; returns their sum.
 static float exp_row(float *x, int n, float shift) {
     float sum = 0.0f;
     int i = 0;
@@ -2041,7 +2042,7 @@ static float exp_row(float *x, int n, float shift) {
     }
     sum = _mm512_reduce_add_ps(total);
 #endif
-    return sum + exp_row_plain(x + i, n - i, shift);
+    return exp_row_plain(x + i, n - i, shift, sum);
 }
 
 // swiglu_plain, with AVX-512 where built.

@@ -1608,14 +1608,14 @@ static void test_bf16_rows(void) {
 }
 
 // The small kernels with SIMD paths against their plain twins: swiglu
-// (relative 2^-20: its exp is within 2^-23), the fp16 cache's dot, axpy
-// and store (the store bit for bit), and f16_to_f32 for all 65536 halves.
+// (relative 1e-6: its exp is within 2^-23), exp_row, the fp16 cache's dot,
+// axpy and store (the store bit for bit), and f16_to_f32 for all 65536 halves.
 static void test_small_twins(void) {
     enum { N = 173 };
     uint64_t rng = 31;
     float a[N], b[N], c[N], d[N];
     uint16_t h[N], h2[N];
-    int bad_swiglu = 0, bad_f16 = 0, bad_half = 0;
+    int bad_swiglu = 0, bad_f16 = 0, bad_half = 0, bad_exp = 0;
     for (int trial = 0; trial < 20; trial++) {
         random_floats(&rng, a, N);
         random_floats(&rng, b, N);
@@ -1639,13 +1639,21 @@ static void test_small_twins(void) {
             for (int i = 0; i < n; i++) bad_f16 += fabsf(c[i] - d[i]) > 1e-6f * (fabsf(d[i]) + fabsf(a[0])) + 1e-30f;
         }
     }
+    for (int trial = 0; trial < 20; trial++) { // exp_row: both within 2^-23 of exp, so within 2^-22 of each other
+        random_floats(&rng, a, N);
+        for (int i = 0; i < N; i++) a[i] *= 80.0f;
+        memcpy(c, a, sizeof a);
+        float sum_fast = exp_row(a, N, 1.0f), sum_plain = exp_row_plain(c, N, 1.0f, 0.0f);
+        for (int i = 0; i < N; i++) bad_exp += fabsf(a[i] - c[i]) > ldexpf(1.0f, -22) * c[i];
+        bad_exp += fabsf(sum_fast - sum_plain) > 1e-5f * sum_plain;
+    }
     for (uint32_t v = 0; v < 65536; v++) {
         float x = f16_to_f32((uint16_t)v), y = f16_to_f32_plain((uint16_t)v);
         bad_half += isnan(y) ? !isnan(x) : memcmp(&x, &y, sizeof x) != 0;
     }
-    report("kernels: swiglu, the fp16 cache's dot/axpy/store and f16_to_f32 == their plain twins", 
-           bad_swiglu == 0 && bad_f16 == 0 && bad_half == 0, "swiglu %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off",
-           bad_swiglu, bad_f16, bad_half);
+    report("kernels: swiglu, exp_row, the fp16 cache's dot/axpy/store and f16_to_f32 == their plain twins",
+           bad_swiglu == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
+           "swiglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu, bad_exp, bad_f16, bad_half);
 }
 
 // A NaN or infinity anywhere in x makes every output of every kernel NaN
