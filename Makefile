@@ -20,10 +20,20 @@ else
 all: run tokenizer.bin
 endif
 
-run: run.c
+# The flags ./run and ./test_all were built with: a change of CC, ARCH,
+# OPENMP or CFLAGS rewrites build/flags, which rebuilds them.
+BUILD_FLAGS = $(CC) $(CFLAGS) $(LDLIBS)
+build/flags: FORCE
+	@mkdir -p build
+	@echo '$(BUILD_FLAGS)' | cmp -s - $@ || echo '$(BUILD_FLAGS)' > $@
+.PHONY: FORCE
+FORCE:
+
+# Every target that builds ./run also sets up the default tokenizer.
+run: run.c build/flags | tokenizer.bin
 	$(CC) $(CFLAGS) -o $@ run.c $(LDLIBS)
 
-test_all: test_all.c run.c
+test_all: test_all.c run.c build/flags
 	$(CC) $(CFLAGS) -o $@ test_all.c $(LDLIBS)
 
 portable:

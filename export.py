@@ -50,7 +50,12 @@ import struct
 import sys
 import tempfile
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # a python3 without numpy: one line, not a traceback
+    sys.exit("export.py: needs numpy, which this python3 (%s) does not have: install it "
+             "(Debian/Ubuntu: apt-get install python3-numpy, then run /usr/bin/python3 export.py ...; "
+             "elsewhere: pip install numpy)" % sys.executable)
 
 RUNC_MAGIC = 0x434E5552  # the bytes "RUNC"
 RUNC_VERSION = 1

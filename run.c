@@ -1004,8 +1004,11 @@ static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_to
 }
 
 // llama2.c's generate: steps counts positions, prompt included (BOS is
-// position 0); the prompt is echoed; generation ends at BOS or EOS or after
-// steps positions. Timing goes to stderr. 0 on success, -1 with error_message.
+// position 0; 0 = up to the context length); the prompt is echoed;
+// generation ends at BOS or EOS or after steps positions. A final newline
+// goes to out, then the timing to stderr. 0 on success, -1 with
+// error_message (steps shorter than the prompt is refused: llama2.c would cut
+// the prompt short).
 int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int steps, FILE *out) {
     const Config *c = &t->config;
     int n_prompt;
@@ -1016,7 +1019,11 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
         return fail("prompt: %d tokens do not fit the context of %d positions", n_prompt, c->seq_len);
     }
     if (steps <= 0 || steps > c->seq_len) steps = c->seq_len;
-    if (steps < n_prompt) steps = n_prompt;
+    if (steps < n_prompt) {
+        free(tokens);
+        return fail("-n %d is less than the prompt's %d tokens: -n counts positions, the prompt's included; "
+                    "give a larger -n, or -n 0 to run up to the context length", steps, n_prompt);
+    }
     int *history = malloc((size_t)(steps + 1) * sizeof(int));
     if (!history) { free(tokens); return fail("out of memory"); }
 
@@ -1052,6 +1059,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     }
     text_finish(&text);
     double end = now_seconds();
+    if (!ferror(out)) { fputc('\n', out); fflush(out); } // before the timing, which a terminal shows next
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n", n_prompt,
             n_prompt / (prompt_done - start + 1e-9), n_generated, n_generated / (end - prompt_done + 1e-9));
     free(tokens);
@@ -1104,6 +1112,52 @@ static int *read_ids(const char *path, const char *text, int vocab_size, int max
     return ids;
 }
 
+/* Output files. An output path may name a new file or a regular file; a
+   symlink, FIFO, device or directory there is refused and left as it is
+   (lstat, so nothing is opened: opening a FIFO would block). A file is
+   written beside its path and renamed over it when complete, so a failed
+   run leaves the old file whole. */
+
+static int check_output(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : fail("%s: cannot check: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return 0;
+    const char *kind = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                     : "not a regular file";
+    return fail("%s: is %s, which run.c does not replace; give the name of a new or regular file", path, kind);
+}
+
+typedef struct {
+    FILE *f;          // the file being written
+    char *tmp;        // its name, beside path
+    const char *path; // where it goes when complete
+} Output;
+
+static int output_open(Output *out, const char *path) {
+    *out = (Output){.path = path};
+    if (check_output(path) != 0) return -1;
+    size_t len = strlen(path) + 32;
+    if (!(out->tmp = malloc(len))) return fail("out of memory");
+    snprintf(out->tmp, len, "%s.tmp%d", path, (int)getpid());
+    if (!(out->f = fopen(out->tmp, "wb"))) {
+        int e = errno;
+        free(out->tmp);
+        return fail("%s: cannot write: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+// Closes out and renames it into place, or (err, or a failed write) removes
+// it. Returns err, or -1 with error_message.
+static int output_close(Output *out, int err) {
+    if (fclose(out->f) != 0 && !err) err = fail("%s: write failed: %s", out->path, strerror(errno));
+    if (!err && rename(out->tmp, out->path) != 0) err = fail("%s: cannot rename into place: %s", out->path, strerror(errno));
+    if (err) remove(out->tmp);
+    free(out->tmp);
+    return err;
+}
+
 // Feeds ids from position 0, a block at a time, and writes every position's
 // logits (float32).
 int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, const char *out_path) {
@@ -1112,21 +1166,21 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
     int *ids = read_ids(ids_path, ids_text, c->vocab_size, c->seq_len, &n);
     if (!ids) return -1;
     float *logits = malloc((size_t)BATCH * c->vocab_size * sizeof(float)); // (BATCH, vocab_size)
-    FILE *f = logits ? fopen(out_path, "wb") : NULL;
-    if (!f) {
+    Output out;
+    if (!logits || output_open(&out, out_path) != 0) {
         free(ids);
         free(logits);
-        return logits ? fail("%s: cannot write: %s", out_path, strerror(errno)) : fail("out of memory");
+        return logits ? -1 : fail("out of memory");
     }
     int err = 0;
     for (int pos = 0; pos < n && !err; pos += BATCH) {
         int block = n - pos < BATCH ? n - pos : BATCH;
         size_t values = (size_t)block * c->vocab_size;
         forward_batch(t, ids + pos, block, pos, logits);
-        if (fwrite(logits, sizeof(float), values, f) != values)
+        if (fwrite(logits, sizeof(float), values, out.f) != values)
             err = fail("%s: write failed: %s", out_path, strerror(errno));
     }
-    if (fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    err = output_close(&out, err);
     free(logits);
     free(ids);
     return err;
@@ -2799,12 +2853,70 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     return 0;
 }
 
+/* Files given as something they are not, recognized by their first bytes so
+   that the message can say what the file is and what to do with it. */
+
+enum { FILE_OTHER, FILE_PYTORCH, FILE_LLAMA2C_V1, FILE_SAFETENSORS, FILE_SENTENCEPIECE, FILE_TOKENIZER_BIN };
+
+static int file_kind(const unsigned char *h, size_t n) {
+    if (n >= 4 && memcmp(h, "PK\x03\x04", 4) == 0) return FILE_PYTORCH; // a zip archive
+    if (n >= 4 && (uint32_t)read_i32(h) == 0x616b3432u) return FILE_LLAMA2C_V1; // llama2.c's versions 1 and 2
+    if (n >= 10 && read_u64(h) > 1 && read_u64(h) < n && h[8] == '{' && h[9] == '"') return FILE_SAFETENSORS;
+    // SentencePiece's ModelProto: field 1 (a piece, length-delimited), whose field 1 is its text
+    if (n >= 4 && h[0] == 0x0A && h[1] < 0x80 && h[2] == 0x0A && h[3] < 0x80 && (size_t)h[3] + 4 <= n)
+        return FILE_SENTENCEPIECE;
+    // llama2.c's tokenizer.bin: max_token_length, then the score, length and text of each token
+    int32_t max_len = n >= 12 ? read_i32(h) : 0, len = n >= 12 ? read_i32(h + 8) : 0;
+    if (max_len > 0 && max_len <= 4096 && len > 0 && len <= max_len && (size_t)len + 12 <= n) {
+        int text = 1;
+        for (int i = 0; i < len; i++) text &= h[12 + i] >= 0x20;
+        if (text) return FILE_TOKENIZER_BIN;
+    }
+    return FILE_OTHER;
+}
+
+// What a file of that kind is and what to do, or NULL for FILE_OTHER.
+static const char *file_advice(int kind) {
+    switch (kind) {
+    case FILE_PYTORCH: return "is a PyTorch checkpoint (a zip archive); convert its model with export.py --hf DIR OUT "
+                              "(a Hugging Face directory) or export.py --meta DIR OUT (Meta's consolidated.*.pth)";
+    case FILE_LLAMA2C_V1: return "is a llama2.c version 1 or 2 checkpoint; convert it with export.py --llama2c FILE OUT";
+    case FILE_SAFETENSORS: return "is a safetensors file (Hugging Face weights); convert its model directory with "
+                                  "export.py --hf DIR OUT";
+    case FILE_SENTENCEPIECE: return "is a SentencePiece model (tokenizer.model); make a tokenizer.bin from it with "
+                                    "export.py --tokenizer FILE OUT, and give that with -z";
+    case FILE_TOKENIZER_BIN: return "is a llama2.c tokenizer (tokenizer.bin); give it with -z, and the model as the "
+                                    "first argument";
+    default: return NULL;
+    }
+}
+
+// 1 if path is a directory holding config.json, as Hugging Face models do.
+static int is_hf_directory(const char *path) {
+    char config[4096];
+    struct stat st;
+    snprintf(config, sizeof config, "%s/config.json", path);
+    return stat(config, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// A model or tokenizer must be a regular file, checked before it is opened:
+// opening a FIFO would wait for a writer forever.
+static int check_input(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return fail("%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode) && is_hf_directory(path))
+        return fail("%s: is a Hugging Face model directory; convert it with export.py --hf %s OUT, then run OUT", path, path);
+    if (S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
+    if (!S_ISREG(st.st_mode)) return fail("%s: is not a regular file (a FIFO or device?)", path);
+    return 0;
+}
+
 static int map_file(const char *path, void **map, size_t *size) {
+    if (check_input(path) != 0) return -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0) return fail("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); return fail("%s: cannot stat: %s", path, strerror(errno)); }
-    if (S_ISDIR(st.st_mode)) { close(fd); return fail("%s: is a directory, not a file", path); }
     if (!S_ISREG(st.st_mode)) { close(fd); return fail("%s: is not a regular file", path); }
     if (st.st_size == 0) { close(fd); return fail("%s: file is empty", path); }
     if ((uint64_t)st.st_size > SIZE_MAX) { close(fd); return fail("%s: file too large to map", path); }
@@ -2961,11 +3073,12 @@ static int compare_tensor_offset(const void *a, const void *b) {
 
 // Checks each tensor's shape, type, alignment and extent, and that no two overlap.
 static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t alignment, const char *path) {
+    uint64_t file_size = (uint64_t)(g->data - base) + g->data_size;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
-        if (!type_supported(t->type))
-            return fail("%s: tensor %.*s has type %s (%u); supported: %s", path, (int)t->name_len, t->name,
-                        type_name(t->type), t->type, supported_type_names());
+        // a type run.c does not compute with is never read (gguf_weight refuses it
+        // for a model), so the file still serves as a vocabulary (-z)
+        if (!type_supported(t->type)) continue;
         int block_size = type_traits[t->type].block_size;
         if (t->dims[0] % (uint64_t)block_size != 0)
             return fail("%s: tensor %.*s has rows of %llu, not a multiple of %s's block of %d", path,
@@ -2974,14 +3087,18 @@ static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t align
         uint64_t rows = 1, row_bytes = type_row_bytes((int)t->type, (int)t->dims[0]);
         for (int d = 1; d < t->n_dims && rows <= (1ull << 32); d++) rows *= t->dims[d];
         if (rows > g->data_size / row_bytes) // also keeps rows * row_bytes from wrapping
-            return fail("%s: tensor %.*s is larger than the file", path, (int)t->name_len, t->name);
+            return fail("%s: truncated: tensor %.*s alone needs more than the file's %llu bytes", path,
+                        (int)t->name_len, t->name, (unsigned long long)file_size);
         t->size = rows * row_bytes;
         // data is read in place: F32 at multiples of 4, the others' blocks (16-bit fields) of 2
         uint64_t natural = t->type == TYPE_F32 ? 4 : 2;
-        if (t->offset % alignment != 0 || t->offset > g->data_size ||
-            t->size > g->data_size - t->offset || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
-            return fail("%s: tensor %.*s is misaligned or runs past the end of the file", path,
-                        (int)t->name_len, t->name);
+        if (t->offset % alignment != 0 || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
+            return fail("%s: tensor %.*s is misaligned (offset %llu)", path, (int)t->name_len, t->name,
+                        (unsigned long long)t->offset);
+        if (t->offset > g->data_size || t->size > g->data_size - t->offset)
+            return fail("%s: truncated: tensor %.*s ends at byte %llu, but the file has %llu bytes", path,
+                        (int)t->name_len, t->name, (unsigned long long)((uint64_t)(g->data - base) + t->offset + t->size),
+                        (unsigned long long)file_size);
     }
     GgufTensor **order = malloc((size_t)g->n_tensors * sizeof *order + 1);
     if (!order) return fail("%s: out of memory", path);
@@ -3083,6 +3200,10 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     uint64_t t_rows = t->n_dims > 1 ? t->dims[1] : 1;
     if (t->n_dims > 2 || t->dims[0] != (uint64_t)cols || t_rows != (uint64_t)rows)
         return fail("%s: tensor %s has the wrong shape (expected %d x %d)", path, name, rows, cols);
+    if (!type_supported(t->type))
+        return fail("%s: tensor %s has type %s (%u), which run.c does not compute with (it reads %s); use a file "
+                    "of one of those types, or re-quantize the F32/F16 model (./run -m quantize, or llama-quantize)",
+                    path, name, type_name(t->type), t->type, supported_type_names());
     if (vec) {
         if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
         *vec = (const float *)(g->data + t->offset);
@@ -3231,14 +3352,16 @@ static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) 
 // llama2.c's tokenizer.bin, or the vocabulary inside a GGUF file.
 int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
     memset(tk, 0, sizeof *tk);
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
+    if (check_input(path) != 0) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) return fail("%s: cannot open: %s", path, strerror(errno));
-    unsigned char magic[4];
-    int is_gguf = fread(magic, 1, 4, f) == 4 && (uint32_t)read_i32(magic) == GGUF_MAGIC;
+    unsigned char magic[16];
+    size_t got = fread(magic, 1, sizeof magic, f);
+    int is_gguf = got >= 4 && (uint32_t)read_i32(magic) == GGUF_MAGIC;
     rewind(f);
     if (is_gguf) { fclose(f); return tokenizer_open_gguf(tk, path, vocab_size); }
+    int kind = file_kind(magic, got);
+    if (kind != FILE_OTHER && kind != FILE_TOKENIZER_BIN) { fclose(f); return fail("%s: %s", path, file_advice(kind)); }
     if (tokenizer_alloc(tk, vocab_size) != 0) { fclose(f); return fail("%s: out of memory", path); }
     if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
     unsigned char word[4];
@@ -3308,16 +3431,19 @@ static int load_weights(Transformer *t, const char *path) {
     int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
-    if (err != 0) return -1;
 
     // Size everything first (nothing is read), then point into the map.
     uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
     TensorWalk walk = {.base = NULL, .offset = header, .align = align};
     TensorStarts starts;
-    uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
-    if (expected != t->map_size)
-        return fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
-                    (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
+    uint64_t expected = err ? 0 : runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
+    if (!err && expected != t->map_size)
+        err = fail("%s: file is %zu bytes but its header describes %llu bytes (%s)", path, t->map_size,
+                   (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
+    // a file that is no checkpoint at all: say what it is instead
+    const char *what = err && !runc ? file_advice(file_kind(h, t->map_size)) : NULL;
+    if (what) return fail("%s: %s", path, what);
+    if (err) return -1;
     t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
     if (!t->weights.layers) return fail("%s: out of memory", path);
     walk = (TensorWalk){.base = t->map, .offset = header, .align = align};
@@ -3416,6 +3542,7 @@ static void put_i32(unsigned char *p, int32_t v) {
 int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    if (check_output(out_path) != 0) return -1;
     unsigned char header[RUNC_HEADER_SIZE] = {0};
     int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
                         c->seq_len, c->head_size};
@@ -3694,7 +3821,48 @@ int bench_mode(Transformer *t, const char *path) {
 }
 
 /* ----------------------------------------------------------------------------
-   Command line and main */
+   Command line and main. llama2.c's short flags (run.c is a drop-in), and
+   llama.cpp's long names where the meaning is the same; --name=value works
+   for every long flag. A flag that the chosen mode does not use, or one
+   given twice, is refused rather than ignored. */
+
+enum { MODE_GENERATE = 1, MODE_CHAT = 2, MODE_TOKENIZE = 4, MODE_LOGITS = 8, MODE_BENCH = 16, MODE_QUANTIZE = 32,
+       MODES_SAMPLING = MODE_GENERATE | MODE_CHAT, MODES_FORWARD = MODE_GENERATE | MODE_CHAT | MODE_LOGITS | MODE_BENCH,
+       MODES_ALL = 63 };
+
+static const char *const mode_names[] = {"generate", "chat", "tokenize", "logits", "bench", "quantize"};
+
+enum { FLAG_TEMP, FLAG_TOP_P, FLAG_TOP_K, FLAG_MIN_P, FLAG_REPEAT_PENALTY, FLAG_REPEAT_LAST_N, FLAG_SEED, FLAG_STEPS,
+       FLAG_CONTEXT, FLAG_PROMPT, FLAG_FILE, FLAG_TOKENIZER, FLAG_MODE, FLAG_SYSTEM, FLAG_OUTPUT, FLAG_DTYPE, FLAG_TRACE,
+       FLAG_KV, FLAG_THREADS, N_FLAGS };
+
+typedef struct {
+    const char *short_name; // llama2.c's, or NULL
+    const char *long_name;  // llama.cpp's (or ours), or NULL
+    int modes;              // the modes that use it
+} Flag;
+
+static const Flag cli_flags[N_FLAGS] = {
+    [FLAG_TEMP] = {"-t", "--temp", MODES_SAMPLING},
+    [FLAG_TOP_P] = {"-p", "--top-p", MODES_SAMPLING},
+    [FLAG_TOP_K] = {"-k", "--top-k", MODES_SAMPLING},
+    [FLAG_MIN_P] = {NULL, "--min-p", MODES_SAMPLING},
+    [FLAG_REPEAT_PENALTY] = {NULL, "--repeat-penalty", MODES_SAMPLING},
+    [FLAG_REPEAT_LAST_N] = {NULL, "--repeat-last-n", MODES_SAMPLING},
+    [FLAG_SEED] = {"-s", "--seed", MODES_SAMPLING},
+    [FLAG_STEPS] = {"-n", NULL, MODES_SAMPLING},
+    [FLAG_CONTEXT] = {"-c", "--ctx-size", MODES_FORWARD},
+    [FLAG_PROMPT] = {"-i", "--prompt", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE},
+    [FLAG_FILE] = {"-f", "--file", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE | MODE_LOGITS},
+    [FLAG_TOKENIZER] = {"-z", NULL, MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE},
+    [FLAG_MODE] = {"-m", NULL, MODES_ALL},
+    [FLAG_SYSTEM] = {"-y", "--system-prompt", MODE_CHAT},
+    [FLAG_OUTPUT] = {"-o", NULL, MODE_LOGITS | MODE_QUANTIZE},
+    [FLAG_DTYPE] = {NULL, "--dtype", MODE_QUANTIZE},
+    [FLAG_TRACE] = {NULL, "--trace", MODES_FORWARD & ~MODE_BENCH},
+    [FLAG_KV] = {NULL, "--kv", MODES_FORWARD},
+    [FLAG_THREADS] = {NULL, "--threads", MODES_ALL},
+};
 
 typedef struct {
     const char *checkpoint;
@@ -3702,13 +3870,16 @@ typedef struct {
     const char *prompt;        // -i
     const char *prompt_file;   // -f (prompt text; token ids in logits mode)
     const char *system_prompt; // -y
-    const char *mode;          // -m
+    const char *mode;          // -m, one of mode_names
+    int mode_bit;              // MODE_*
     const char *output;        // -o
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
     int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
+    int steps_given;
     int context;               // -c
+    int threads;               // --threads, 0: OpenMP's default
     uint64_t seed;             // -s
     int seed_given;
     SamplerParams sampling;
@@ -3716,27 +3887,36 @@ typedef struct {
 
 void usage(FILE *f) {
     fprintf(f,
-        "usage: run CHECKPOINT [options]\n"
-        "  -t <float>  temperature, 0 = greedy (default 1.0)\n"
-        "  -p <float>  top-p (nucleus) in [0,1], 1 = off (default 0.9)\n"
-        "  -k <int>    top-k, 0 = off (default 0)\n"
-        "  --min-p <float>          min-p in [0,1], 0 = off (default 0)\n"
-        "  --repeat-penalty <float> repetition penalty, 1 = off (default 1.0)\n"
-        "  --repeat-last-n <int>    tokens the penalty looks back over (default 64)\n"
-        "  -s <int>    random seed (default: from the clock)\n"
-        "  -n <int>    generate: positions to run, prompt included; chat: tokens per reply;\n"
-        "              0 = up to the context length (default 256)\n"
-        "  -c <int>    context length: cap the model's to save KV-cache memory (default: the model's)\n"
-        "  -i <string> prompt\n"
-        "  -f <file>   prompt from a file (token ids in logits mode)\n"
-        "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
-        "  -m <mode>   generate | chat | tokenize | logits | bench | quantize (default generate)\n"
-        "  -y <string> system prompt (chat mode)\n"
-        "  -o <file>   output file (logits and quantize modes)\n"
-        "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0\n"
-        "  --trace <file>  append every token id fed to the model, one per line\n"
-        "  --kv <type>     KV cache: f32 (exact, default) or f16 (half the memory)\n"
-        "  -h          this help\n");
+        "usage: run MODEL [options]      MODEL: a GGUF file, a llama2.c checkpoint or one of ours\n"
+        "example: run stories15M.bin -z tokenizer.bin -t 0.8 -n 256 -i \"Once upon a time\"\n"
+        "sampling:\n"
+        "  -t, --temp <float>         temperature in [0, 100], 0 = greedy (default 1.0)\n"
+        "  -p, --top-p <float>        top-p (nucleus) in [0, 1], 1 = off (default 0.9)\n"
+        "  -k, --top-k <int>          top-k, 0 = off (default 0)\n"
+        "      --min-p <float>        min-p in [0, 1], 0 = off (default 0)\n"
+        "      --repeat-penalty <f>   repetition penalty in [0.01, 100], 1 = off (default 1.0)\n"
+        "      --repeat-last-n <int>  tokens the penalty looks back over (default 64)\n"
+        "  -s, --seed <int>           random seed (default: from the clock)\n"
+        "  -n <int>                   generate: positions to run, prompt included; chat: tokens\n"
+        "                             per reply; 0 = up to the context length (default 256)\n"
+        "input and output:\n"
+        "  -i, --prompt <string>      prompt (chat: the first message)\n"
+        "  -f, --file <file>          prompt from a file, one final newline dropped\n"
+        "                             (logits mode: the token ids)\n"
+        "  -z <file>                  tokenizer: tokenizer.bin or a GGUF file (default: the GGUF\n"
+        "                             model's own, else ./tokenizer.bin)\n"
+        "  -y, --system-prompt <s>    system prompt (chat mode)\n"
+        "  -o <file>                  output file (logits and quantize modes)\n"
+        "      --trace <file>         append every token id fed to the model, one per line\n"
+        "mode and model:\n"
+        "  -m <mode>                  generate | chat | tokenize | logits | bench | quantize\n"
+        "                             (default generate)\n"
+        "      --dtype <type>         quantize mode: f32 | f16 | q8_0 | q4_0\n"
+        "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
+        "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
+        "      --threads <int>        threads (default: OMP_NUM_THREADS, else every core)\n"
+        "  -h, --help                 this help\n"
+        "Long flags also take --name=value.\n");
 }
 
 static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
@@ -3760,12 +3940,12 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
     return 0;
 }
 
-static int parse_seed(const char *s, uint64_t *out) {
+static int parse_seed(const char *flag, const char *s, uint64_t *out) {
     char *end;
     errno = 0;
-    if (!isdigit((unsigned char)s[0])) return fail("-s: '%s' is not a non-negative whole number", s);
+    if (!isdigit((unsigned char)s[0])) return fail("%s: '%s' is not a non-negative whole number", flag, s);
     unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || errno) return fail("-s: '%s' is not a non-negative whole number", s);
+    if (*end != '\0' || errno) return fail("%s: '%s' is not a non-negative whole number", flag, s);
     *out = v;
     return 0;
 }
@@ -3784,61 +3964,104 @@ static int parse_dtype(const char *s, int *type) {
     return fail("--dtype: '%s' is not one of %s", s, names);
 }
 
+// The flag that arg names ("-t", "--temp", "--temp=0.5"), or -1; *value is
+// what follows a long flag's '=' (else NULL).
+static int find_flag(const char *arg, const char **value) {
+    *value = NULL;
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (int f = 0; f < N_FLAGS; f++) {
+        const char *s = cli_flags[f].short_name, *l = cli_flags[f].long_name;
+        if ((!eq && s && !strcmp(arg, s)) || (l && strlen(l) == len && !strncmp(arg, l, len))) {
+            if (eq) *value = eq + 1;
+            return f;
+        }
+    }
+    return -1;
+}
+
+
+static int set_flag(Options *o, int f, const char *name, const char *v) {
+    SamplerParams *sp = &o->sampling;
+    long n = 0;
+    int err = 0;
+    switch (f) {
+    case FLAG_TEMP: return parse_float(name, v, 0.0f, 100.0f, &sp->temperature);
+    case FLAG_TOP_P:
+        if (parse_float(name, v, 0.0f, 1.0f, &sp->top_p) == 0) return 0;
+        if (!strcmp(name, "-p") && strstr(error_message, "is not a number")) // llama.cpp's -p is the prompt
+            return fail("-p: '%s' is not a number (here -p is top-p; give the prompt with -i or --prompt)", v);
+        return -1;
+    case FLAG_TOP_K: err = parse_int(name, v, 0, INT_MAX, &n); sp->top_k = (int)n; return err;
+    case FLAG_MIN_P: return parse_float(name, v, 0.0f, 1.0f, &sp->min_p);
+    case FLAG_REPEAT_PENALTY: return parse_float(name, v, 0.01f, 100.0f, &sp->repeat_penalty);
+    case FLAG_REPEAT_LAST_N: err = parse_int(name, v, 0, INT_MAX, &n); sp->repeat_last_n = (int)n; return err;
+    case FLAG_SEED: o->seed_given = 1; return parse_seed(name, v, &o->seed);
+    case FLAG_STEPS: err = parse_int(name, v, 0, INT_MAX, &n); o->steps = (int)n; o->steps_given = 1; return err;
+    case FLAG_CONTEXT: err = parse_int(name, v, 0, INT_MAX, &n); o->context = (int)n; return err;
+    case FLAG_PROMPT: o->prompt = v; return 0;
+    case FLAG_FILE: o->prompt_file = v; return 0;
+    case FLAG_TOKENIZER: o->tokenizer = v; return 0;
+    case FLAG_MODE:
+        for (int m = 0; m < 6; m++)
+            if (!strcmp(v, mode_names[m])) { o->mode = mode_names[m]; o->mode_bit = 1 << m; return 0; }
+        if (strchr(v, '.') || strchr(v, '/')) // llama.cpp's -m is the model
+            return fail("-m: unknown mode '%s' (here -m is the mode; the model is the first argument: run MODEL ...)", v);
+        return fail("-m: unknown mode '%s' (generate, chat, tokenize, logits, bench or quantize)", v);
+    case FLAG_SYSTEM: o->system_prompt = v; return 0;
+    case FLAG_OUTPUT: o->output = v; return 0;
+    case FLAG_DTYPE: return parse_dtype(v, &o->dtype);
+    case FLAG_TRACE: o->trace = v; return 0;
+    case FLAG_KV:
+        if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("%s: '%s' is not f32 or f16", name, v);
+        o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
+        return 0;
+    default: // FLAG_THREADS
+        err = parse_int(name, v, 1, 1024, &n);
+        o->threads = (int)n;
+#ifndef _OPENMP
+        if (!err && n > 1) return fail("%s: this build has no OpenMP, so one thread (build with make OPENMP=1)", name);
+#endif
+        return err;
+    }
+}
+
 enum { ARGS_OK = 0, ARGS_HELP = 1 };
 
 // ARGS_OK; ARGS_HELP for -h or --help; -1 with error_message naming the flag.
 int parse_args(Options *o, int argc, char **argv) {
-    *o = (Options){.dtype = -1, .mode = "generate", .steps = 256};
+    *o = (Options){.dtype = -1, .mode = "generate", .mode_bit = MODE_GENERATE, .steps = 256};
     o->sampling = (SamplerParams){.temperature = 1.0f, .top_p = 0.9f, .top_k = 0, .min_p = 0.0f,
                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return ARGS_HELP;
-    if (argc < 2 || argv[1][0] == '-') return fail("the first argument must be the checkpoint");
+    if (argc < 2) return fail("no model given: run MODEL [options]");
+    if (!strcmp(argv[1], "-m") && argc > 2 && (strchr(argv[2], '.') || strchr(argv[2], '/')))
+        return fail("-m %s: here -m is the mode; give the model as the first argument: run %s [options]", argv[2], argv[2]);
+    if (argv[1][0] == '-') return fail("%s: the first argument must be the model: run MODEL [options]", argv[1]);
     o->checkpoint = argv[1];
+    const char *given[N_FLAGS] = {0}; // the name each flag was given by
     for (int i = 2; i < argc; i++) {
-        const char *flag = argv[i];
-        static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "--dtype", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
-        if (!known) return fail("%s: unknown flag", flag);
-        if (i + 1 >= argc) return fail("%s: missing value", flag);
-        const char *v = argv[++i];
-        long n = 0;
-        int err = 0;
-        SamplerParams *sp = &o->sampling;
-        if (!strcmp(flag, "-t")) err = parse_float(flag, v, 0.0f, 100.0f, &sp->temperature);
-        else if (!strcmp(flag, "-p")) err = parse_float(flag, v, 0.0f, 1.0f, &sp->top_p);
-        else if (!strcmp(flag, "-k")) { err = parse_int(flag, v, 0, INT_MAX, &n); sp->top_k = (int)n; }
-        else if (!strcmp(flag, "--min-p")) err = parse_float(flag, v, 0.0f, 1.0f, &sp->min_p);
-        else if (!strcmp(flag, "--repeat-penalty")) err = parse_float(flag, v, 0.01f, 100.0f, &sp->repeat_penalty);
-        else if (!strcmp(flag, "--repeat-last-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); sp->repeat_last_n = (int)n; }
-        else if (!strcmp(flag, "-s")) { err = parse_seed(v, &o->seed); o->seed_given = 1; }
-        else if (!strcmp(flag, "-n")) { err = parse_int(flag, v, 0, INT_MAX, &n); o->steps = (int)n; }
-        else if (!strcmp(flag, "-c")) { err = parse_int(flag, v, 0, INT_MAX, &n); o->context = (int)n; }
-        else if (!strcmp(flag, "-i")) o->prompt = v;
-        else if (!strcmp(flag, "-f")) o->prompt_file = v;
-        else if (!strcmp(flag, "-z")) o->tokenizer = v;
-        else if (!strcmp(flag, "-m")) o->mode = v;
-        else if (!strcmp(flag, "-y")) o->system_prompt = v;
-        else if (!strcmp(flag, "-o")) o->output = v;
-        else if (!strcmp(flag, "--kv")) {
-            if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("--kv: '%s' is not f32 or f16", v);
-            o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
+        const char *value;
+        int f = find_flag(argv[i], &value);
+        if (f < 0) return fail("%s: unknown flag", argv[i]);
+        const char *name = argv[i][1] == '-' ? cli_flags[f].long_name : cli_flags[f].short_name;
+        if (given[f]) return fail("%s: given twice (also as %s)", name, given[f]);
+        given[f] = name;
+        if (!value) {
+            if (i + 1 >= argc) return fail("%s: missing value", name);
+            value = argv[++i];
         }
-        else if (!strcmp(flag, "--dtype")) err = parse_dtype(v, &o->dtype);
-        else o->trace = v; // --trace
-        if (err) return -1;
+        if (set_flag(o, f, name, value) != 0) return -1;
     }
-    const char *modes[] = {"generate", "chat", "tokenize", "logits", "bench", "quantize"};
-    int known = 0;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) known |= !strcmp(o->mode, modes[i]);
-    if (!known) return fail("-m: unknown mode '%s'", o->mode);
+    for (int f = 0; f < N_FLAGS; f++)
+        if (given[f] && !(cli_flags[f].modes & o->mode_bit))
+            return fail("%s: not used by -m %s", given[f], o->mode);
     if (o->prompt && o->prompt_file) return fail("-i and -f: give the prompt one way, not both");
-    if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
+    if (o->mode_bit == MODE_LOGITS && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
-    if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype f32|f16|q8_0|q4_0");
+    if (o->mode_bit == MODE_QUANTIZE && (!o->output || o->dtype < 0))
+        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE");
     return ARGS_OK;
 }
 
@@ -3869,35 +4092,53 @@ char *read_text_file(const char *path, size_t *len) {
 }
 
 #ifndef TESTING
+// The prompt text: -i, or -f's file without one final newline (as
+// llama.cpp reads it, so that -f and -i with the same text agree); NULL
+// with error_message.
+static char *prompt_text(const Options *o, size_t *len) {
+    if (!o->prompt_file) {
+        char *text = strdup(o->prompt ? o->prompt : "");
+        if (!text) fail("out of memory");
+        *len = text ? strlen(text) : 0;
+        return text;
+    }
+    char *text = read_text_file(o->prompt_file, len);
+    if (text && o->mode_bit != MODE_LOGITS && *len > 0 && text[*len - 1] == '\n') text[--*len] = '\0';
+    return text;
+}
+
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
-    if (!strcmp(o->mode, "logits")) {
+    if (o->mode_bit == MODE_LOGITS) {
         if (same_file(o->output, o->checkpoint) || same_file(o->output, o->prompt_file))
             return fail("%s: -o would overwrite an input file", o->output);
         return logits_mode(t, o->prompt_file, text, o->output);
     }
-    if (!strcmp(o->mode, "bench")) return bench_mode(t, o->checkpoint);
-    if (!strcmp(o->mode, "quantize")) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+    if (o->mode_bit == MODE_BENCH) return bench_mode(t, o->checkpoint);
+    if (o->mode_bit == MODE_QUANTIZE) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
+    if (!o->tokenizer && !t->is_gguf && access(tokenizer, F_OK) != 0)
+        return fail("tokenizer.bin: not found, and %s holds no tokenizer: give one with -z (a llama2.c "
+                    "tokenizer.bin, or a GGUF file with a vocabulary; `make` links Llama 2's here)", o->checkpoint);
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
     if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
-    if (!strcmp(o->mode, "tokenize")) return tokenize_mode(tk, text, text_len);
+    if (o->mode_bit == MODE_TOKENIZE) return tokenize_mode(tk, text, text_len);
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
     if (sampler_init(&sampler, c->vocab_size, o->sampling, seed) != 0) return fail("out of memory");
     int steps = o->steps, err;
-    if (!strcmp(o->mode, "chat")) {
+    if (o->mode_bit == MODE_CHAT) {
         err = chat_mode(t, tk, &sampler, o->system_prompt, o->prompt || o->prompt_file ? text : NULL, steps);
         sampler_free(&sampler);
         return err;
     }
     if (steps > c->seq_len) {
-        fprintf(stderr, "run: -n %d is more than the context length; running %d positions\n", steps, c->seq_len);
+        if (o->steps_given)
+            fprintf(stderr, "run: -n %d is more than the context length; running %d positions\n", steps, c->seq_len);
         steps = c->seq_len;
     }
     err = generate(t, tk, &sampler, text, steps, stdout);
-    if (!err) printf("\n");
     sampler_free(&sampler);
     return err;
 }
@@ -3910,22 +4151,19 @@ int main(int argc, char **argv) {
     int parsed = parse_args(&o, argc, argv);
     if (parsed == ARGS_HELP) { usage(stdout); return 0; }
     if (parsed != ARGS_OK) {
-        fprintf(stderr, "run: %s\n", error_message);
-        usage(stderr);
+        fprintf(stderr, "run: %s (run -h for usage)\n", error_message);
         return 2;
     }
-    char *text = NULL;
+#ifdef _OPENMP
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
     size_t text_len = 0;
-    if (o.prompt_file) {
-        text = read_text_file(o.prompt_file, &text_len);
-        if (!text) { fprintf(stderr, "run: %s\n", error_message); return 1; }
-    } else {
-        text = strdup(o.prompt ? o.prompt : "");
-        text_len = strlen(text);
-    }
+    char *text = prompt_text(&o, &text_len);
+    // outputs are checked before the model loads: a mistake should not cost the load
+    int err = !text || (o.output && check_output(o.output) != 0) || (o.trace && check_output(o.trace) != 0) ? -1 : 0;
     Transformer t;
     Tokenizer tk = {0};
-    int err = transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
+    if (!err) err = transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
         transformer_close(&t);
@@ -3939,7 +4177,6 @@ int main(int argc, char **argv) {
     tokenizer_close(&tk);
     free(text);
     if (err) fprintf(stderr, "run: %s\n", error_message);
-    return err ? 1 : interrupted && !strcmp(o.mode, "generate") ? 130 : 0;
+    return err ? 1 : interrupted && o.mode_bit == MODE_GENERATE ? 130 : 0;
 }
 #endif
-

@@ -18,7 +18,7 @@
    Sections, in order: framework; reference readers; model fixtures;
    tokenizer; forward / logits; kernels (every fast kernel against its
    plain twin, the dispatch, quantization); sampler; generation; CLI and bad
-   input; hostile input; chat; GGUF; export.py; main. */
+   input; hostile input; first runs; chat; GGUF; export.py; main. */
 
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -2474,16 +2474,17 @@ static void test_greedy_generation(void) {
     size_t len, short_len;
     int result;
     char *text = generate_text("", 200, sampling(0.0f, 0.9f, 0, 0.0f), 1, &len, &result, problem, sizeof problem);
+    // generate() ends the text with a newline (before its timing reaches stderr)
     if (!text || result != 0) report(name, 0, "%s", problem);
-    else if (len != expect.len || memcmp(text, expect.data, len) != 0)
+    else if (len != expect.len + 1 || memcmp(text, expect.data, expect.len) != 0 || text[expect.len] != '\n')
         report(name, 0, "got %zu bytes %s, want %zu bytes %s", len, quoted(text, len, got, sizeof got), expect.len,
                quoted(expect.data, expect.len, want, sizeof want));
     else report(name, 1, NULL);
     char *shorter = generate_text("", 50, sampling(0.0f, 0.9f, 0, 0.0f), 1, &short_len, &result, problem,
                                   sizeof problem);
     report("generate: 50 steps give a prefix of the 200-step text",
-           shorter && result == 0 && short_len > 0 && short_len < expect.len &&
-               memcmp(shorter, expect.data, short_len) == 0,
+           shorter && result == 0 && short_len > 1 && short_len < expect.len && shorter[short_len - 1] == '\n' &&
+               memcmp(shorter, expect.data, short_len - 1) == 0,
            "%zu bytes", short_len);
     free(text);
     free(shorter);
@@ -2666,20 +2667,28 @@ static void test_cli_long_prompt(const CliFiles *f) {
     tokenizer_close(&tk);
 }
 
+// -f FILE and -i TEXT give the same output when the file holds the text and
+// one final newline (dropped, as llama.cpp does; a second one stays).
 static void test_cli_prompt_file(const CliFiles *f) {
     const char *text = "Once upon a time, L\xc3\xa9o saw a \xf0\x9f\x90\xb6 and said \"hi\"";
-    char status_i[64], status_f[64];
-    if (save_file("build/tmp/prompt.txt", text, strlen(text)) != 0) {
+    char status_i[64], status_f[64], with_newline[256];
+    format_text(with_newline, sizeof with_newline, "%s\n", text);
+    if (save_file("build/tmp/prompt.txt", with_newline, strlen(with_newline)) != 0) {
         report("cli: -f FILE gives the same output as -i TEXT", 0, "cannot write build/tmp/prompt.txt");
         return;
     }
     const char *modes[] = {"generate", "tokenize"};
     for (int m = 0; m < 2; m++) {
         char name[128];
-        format_text(name, sizeof name, "cli: -f FILE == -i TEXT (%s)", modes[m]);
+        format_text(name, sizeof name, "cli: -f FILE (text and a newline) == -i TEXT (%s)", modes[m]);
         CliResult a, b;
-        cli(&a, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-m", modes[m], "-i", text, NULL);
-        cli(&b, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-m", modes[m], "-f", "build/tmp/prompt.txt", NULL);
+        if (m == 0) {
+            cli(&a, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-i", text, NULL);
+            cli(&b, f->stories, "-z", f->tok512, "-t", "0", "-n", "60", "-f", "build/tmp/prompt.txt", NULL);
+        } else {
+            cli(&a, f->stories, "-z", f->tok512, "-m", "tokenize", "-i", text, NULL);
+            cli(&b, f->stories, "-z", f->tok512, "-m", "tokenize", "-f", "build/tmp/prompt.txt", NULL);
+        }
         int same = a.out.len == b.out.len && memcmp(a.out.data, b.out.data, a.out.len) == 0;
         report(name, a.status == 0 && b.status == 0 && same && a.out.len > 0, "-i: %s, -f: %s, stdout %s",
                status_text(a.status, status_i, sizeof status_i), status_text(b.status, status_f, sizeof status_f),
@@ -2864,15 +2873,17 @@ static void test_cli_usage(const CliFiles *f) {
                status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
         cli_free(&r);
     }
-    static const char *const flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                        "-n", "-i", "-f", "-z", "-m", "-y", "-o", "-h"};
+    // -h lists every flag of the parser's table, by every name, on stdout
     CliResult r;
-    cli(&r, f->stories, "--bogus", "1", NULL);
+    cli(&r, f->stories, "-h", NULL);
     const char *missing = NULL;
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0] && !missing; i++)
-        if (!strstr(r.err.data, flags[i])) missing = flags[i];
-    if (missing) report("cli: the usage text lists every flag", 0, "%s is missing", missing);
-    else report("cli: the usage text lists every flag", r.status == 2, "exit status %d", r.status);
+    for (int i = 0; i < N_FLAGS && !missing; i++) {
+        if (cli_flags[i].short_name && !strstr(r.out.data, cli_flags[i].short_name)) missing = cli_flags[i].short_name;
+        if (cli_flags[i].long_name && !strstr(r.out.data, cli_flags[i].long_name)) missing = cli_flags[i].long_name;
+    }
+    if (!strstr(r.out.data, "--help")) missing = "--help";
+    if (missing) report("cli: -h lists every flag", 0, "%s is missing", missing);
+    else report("cli: -h lists every flag", r.status == 0 && r.err.len == 0, "exit status %d", r.status);
     cli_free(&r);
 }
 
@@ -3330,6 +3341,262 @@ static void hostile_tests(void) {
     test_ctrl_c_chat(&f);
     test_invalid_utf8_prompt(&f);
     test_nul_prompt_file(&f);
+}
+
+/* ============================================================================
+   First runs: what a new user meets. Outputs that are not regular files,
+   the order of the story and the timing, -n, files given as the wrong
+   thing, llama.cpp's flag names, flags a mode does not use. */
+
+// Runs ./run with stdout and stderr into one file, as a terminal shows them.
+static int cli_merged(Bytes *both, char *const args[]) {
+    char *argv[64];
+    run_argv(argv, 64, args);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("build/tmp/merged.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644), in = open("/dev/null", O_RDONLY);
+        if (fd < 0 || in < 0) _exit(127);
+        dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        alarm(60);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status = -1000;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) status = -1000;
+    else status = WIFEXITED(status) ? WEXITSTATUS(status) : -1000;
+    load_file("build/tmp/merged.txt", both);
+    return status;
+}
+
+// The story's newline comes before the timing line, so a terminal shows
+// the timing on a line of its own (generation to the end, and -n).
+static void test_newline_before_timing(const CliFiles *f) {
+    char *args[] = {(char *)f->stories, "-z", (char *)f->tok512, "-t", "0", "-n", "40", "-i", "Once upon", NULL};
+    Bytes both;
+    int status = cli_merged(&both, args);
+    const char *timing = both.data ? strstr(both.data, "prompt: ") : NULL;
+    char got[256];
+    report("cli: the story ends with its newline before the timing line (stdout and stderr on one terminal)",
+           status == 0 && timing && timing > both.data && timing[-1] == '\n' && both.data[both.len - 1] == '\n',
+           "exit status %d, output %s", status, quoted(both.data ? both.data : "", both.len, got, sizeof got));
+    bytes_free(&both);
+}
+
+// The "-n is more than the context" notice only for a -n that was typed.
+static void test_notice_only_for_given_n(void) {
+    char model[PATH_SIZE], status[64], got[256];
+    shared_path(model, "models/gguf/g128.q8_0.gguf"); // context 128, less than -n's default 256
+    CliResult r;
+    cli(&r, model, "-t", "0", NULL);
+    report("cli: no notice about a -n nobody typed (default 256 over a context of 128)",
+           r.status == 0 && count_lines(&r.err) == 1 && !strstr(r.err.data, "-n"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+}
+
+// -n shorter than the prompt is refused with the reason (llama2.c would cut
+// the prompt; raising -n in silence ran more positions than asked).
+static void test_n_below_prompt(const CliFiles *f) {
+    CliResult r;
+    cli(&r, f->stories, "-z", f->tok512, "-n", "1", "-i", "Once upon a time", NULL);
+    char status[64], got[256];
+    report("cli: -n 1 with a longer prompt is refused, one line naming -n, nothing printed",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "-n 1") && r.out.len == 0,
+           "%s, stdout %zu bytes, stderr %s", status_text(r.status, status, sizeof status), r.out.len,
+           quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+}
+
+// An output path that is a symlink, FIFO or directory is refused with one
+// line before anything is opened, and stays as it was: -m quantize's -o,
+// -m logits' -o and --trace.
+static void test_outputs_not_regular(const CliFiles *f) {
+    remove("build/tmp/out-fifo");
+    remove("build/tmp/out-link");
+    remove("build/tmp/out-target");
+    rmdir("build/tmp/out-dir");
+    save_file("build/tmp/out-target", "keep", 4);
+    int made = mkfifo("build/tmp/out-fifo", 0644) == 0 && symlink("out-target", "build/tmp/out-link") == 0 &&
+               mkdir("build/tmp/out-dir", 0755) == 0;
+    if (!made) { report("cli: outputs that are not regular files", 0, "cannot make the fixtures: %s", strerror(errno)); return; }
+    const char *paths[] = {"build/tmp/out-fifo", "build/tmp/out-link", "build/tmp/out-dir"};
+    for (int p = 0; p < 3; p++)
+        for (int use = 0; use < 3; use++) {
+            const char *uses[] = {"-m quantize -o", "-m logits -o", "--trace"};
+            char name[160];
+            format_text(name, sizeof name, "cli: %s %s is refused and left as it was", uses[use], paths[p]);
+            CliResult r;
+            if (use == 0) cli(&r, f->stories, "-m", "quantize", "--dtype", "q8_0", "-o", paths[p], NULL);
+            else if (use == 1) cli(&r, f->stories, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", paths[p], NULL);
+            else cli(&r, f->stories, "-z", f->tok512, "-n", "8", "--trace", paths[p], NULL);
+            struct stat st;
+            int kept = lstat(paths[p], &st) == 0 &&
+                       (p == 0 ? S_ISFIFO(st.st_mode) : p == 1 ? S_ISLNK(st.st_mode) : S_ISDIR(st.st_mode));
+            Bytes target = {0};
+            kept = kept && load_file("build/tmp/out-target", &target) == 0 && target.len == 4 && !memcmp(target.data, "keep", 4);
+            if (target.data) bytes_free(&target);
+            char status[64], got[256];
+            int ok = r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, paths[p]) && kept;
+            report(name, ok, "%s, stderr %s, %s", status_text(r.status, status, sizeof status),
+                   quoted(r.err.data, r.err.len, got, sizeof got), kept ? "untouched" : "CHANGED");
+            cli_free(&r);
+        }
+}
+
+// A FIFO given as the model or as -z is refused at once (opening it would wait forever).
+static void test_fifo_inputs(const CliFiles *f) {
+    remove("build/tmp/in-fifo");
+    if (mkfifo("build/tmp/in-fifo", 0644) != 0) { report("cli: a FIFO as the model", 0, "mkfifo: %s", strerror(errno)); return; }
+    CliResult r;
+    cli(&r, "build/tmp/in-fifo", NULL);
+    expect_refusal("cli: a FIFO as the model is refused at once, one line", "build/tmp/in-fifo", "regular", &r);
+    cli_free(&r);
+    cli(&r, f->stories, "-z", "build/tmp/in-fifo", NULL);
+    expect_refusal("cli: a FIFO as -z is refused at once, one line", "build/tmp/in-fifo", "regular", &r);
+    cli_free(&r);
+}
+
+// Files given as the model that are something else: each is named for what
+// it is, with the command that converts or uses it.
+static void test_foreign_models(const CliFiles *f) {
+    char sp_model[PATH_SIZE];
+    shared_path(sp_model, "models/stories260K/tok512.model");
+    static const unsigned char zip[] = "PK\x03\x04\x14\x00\x00\x00\x08\x00 a PyTorch archive";
+    static const unsigned char ak42[] = "24ka\x02\x00\x00\x00 version 2 header ........";
+    static const unsigned char safetensors[] = "\x1c\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\":{\"a\":\"b\"}} ";
+    save_file("build/tmp/fake.pt", zip, sizeof zip - 1);
+    save_file("build/tmp/fake-v2.bin", ak42, sizeof ak42 - 1);
+    save_file("build/tmp/fake.safetensors", safetensors, sizeof safetensors - 1);
+    mkdir("build/tmp/hf-dir", 0755);
+    save_file("build/tmp/hf-dir/config.json", "{}\n", 3);
+    const char *cases[][3] = {
+        {f->tok512, "tokenizer.bin", "-z"},
+        {sp_model, "SentencePiece", "export.py --tokenizer"},
+        {"build/tmp/fake.pt", "PyTorch", "export.py --hf"},
+        {"build/tmp/fake-v2.bin", "version 1 or 2", "export.py --llama2c"},
+        {"build/tmp/fake.safetensors", "safetensors", "export.py --hf"},
+        {"build/tmp/hf-dir", "Hugging Face", "export.py --hf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160];
+        format_text(name, sizeof name, "cli: %s as the model says what it is (%s) and what to do (%s)", cases[i][0],
+                    cases[i][1], cases[i][2]);
+        CliResult r;
+        cli(&r, cases[i][0], "-z", f->tok512, NULL);
+        expect_refusal(name, cases[i][0], cases[i][2], &r);
+        if (!strstr(r.err.data, cases[i][1])) report(name, 0, "does not say %s", cases[i][1]);
+        cli_free(&r);
+    }
+    CliResult r;
+    cli(&r, f->stories, "-z", sp_model, NULL);
+    expect_refusal("cli: -z tokenizer.model says it is a SentencePiece model and how to convert it", sp_model,
+                   "export.py --tokenizer", &r);
+    cli_free(&r);
+}
+
+// With no tokenizer.bin where run starts and a model that holds none, the
+// message names -z.
+static void test_missing_default_tokenizer(const CliFiles *f) {
+    char binary[PATH_SIZE], model[PATH_SIZE], status[64], got[256];
+    mkdir("build/tmp/empty-dir", 0755);
+    if (!realpath(run_binary(), binary) || !realpath(f->stories, model)) {
+        report("cli: no default tokenizer", 0, "realpath failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int err = open("build/tmp/notok.err", O_WRONLY | O_CREAT | O_TRUNC, 0644), null = open("/dev/null", O_RDWR);
+        if (err < 0 || null < 0 || chdir("build/tmp/empty-dir") != 0) _exit(127);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(err, 2);
+        char *args[] = {model, "-i", "Hello", NULL}, *argv[64];
+        run_command[run_command_len - 1] = binary;
+        run_argv(argv, 64, args);
+        alarm(60);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    st = WIFEXITED(st) ? WEXITSTATUS(st) : -1000;
+    Bytes err;
+    load_file("build/tmp/notok.err", &err);
+    int ok = st == 1 && err.data && count_lines(&err) == 1 && strstr(err.data, "tokenizer.bin") && strstr(err.data, "-z");
+    report("cli: no tokenizer.bin and none in the model: one line that names -z", ok, "%s, stderr %s",
+           status_text(st, status, sizeof status), quoted(err.data ? err.data : "", err.len, got, sizeof got));
+    bytes_free(&err);
+}
+
+// Flags a mode does not use, and flags given twice, are usage errors (they
+// were ignored); a usage error is one line with a pointer to -h.
+static void test_flags_refused(const CliFiles *f) {
+    const char *cases[][6] = {
+        {"-o", "build/tmp/x.out", NULL},                     // generate writes no file
+        {"-y", "be brief", NULL},                            // a system prompt outside chat
+        {"--dtype", "q8_0", NULL},                           // outside quantize
+        {"-i", "one", "-i", "two", NULL},                    // given twice
+        {"-m", "tokenize", "-t", "0.5", NULL},               // sampling in tokenize mode
+        {"--temp", "0", "-t", "0", NULL},                    // the same flag by both names
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160], status[64], got[256];
+        format_text(name, sizeof name, "cli: '%s %s%s%s' is a usage error in one line with a pointer to -h", cases[i][0],
+                    cases[i][1], cases[i][2] ? " " : "", cases[i][2] ? cases[i][2] : "");
+        CliResult r;
+        cli(&r, f->stories, "-z", f->tok512, cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], NULL);
+        report(name, r.status == 2 && count_lines(&r.err) == 1 && strstr(r.err.data, "-h") && r.out.len == 0,
+               "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+        cli_free(&r);
+    }
+}
+
+// llama.cpp's long names (and --name=value) mean what the short flags do,
+// and its habits that mean something else here get a hint.
+static void test_long_names(const CliFiles *f) {
+    CliResult a, b;
+    cli(&a, f->stories, "-z", f->tok512, "-t", "0.7", "-p", "0.8", "-k", "20", "-s", "5", "-n", "40", "-i", "Once", NULL);
+    cli(&b, f->stories, "-z", f->tok512, "--temp=0.7", "--top-p", "0.8", "--top-k=20", "--seed", "5", "-n", "40",
+        "--prompt=Once", "--threads", "1", "--ctx-size", "512", NULL);
+    int same = a.status == 0 && b.status == 0 && a.out.len > 0 && a.out.len == b.out.len &&
+               memcmp(a.out.data, b.out.data, a.out.len) == 0;
+    report("cli: --temp --top-p --top-k --seed --prompt --ctx-size --threads (and --name=value) == the short flags", same,
+           "statuses %d and %d, stdout %s", a.status, b.status, same ? "identical" : "differs");
+    cli_free(&a);
+    cli_free(&b);
+    CliResult r;
+    cli(&r, f->stories, "-z", f->tok512, "-p", "Hello", NULL);
+    report("cli: -p Hello (llama.cpp's prompt flag) hints that the prompt is -i", r.status == 2 && strstr(r.err.data, "-i"),
+           "exit status %d", r.status);
+    cli_free(&r);
+    cli(&r, "-m", f->stories, NULL);
+    report("cli: -m MODEL (llama.cpp's model flag) hints that the model is the first argument",
+           r.status == 2 && strstr(r.err.data, "first argument"), "exit status %d", r.status);
+    cli_free(&r);
+    cli(&r, f->stories, "-h", NULL);
+    int has_all = r.status == 0 && strstr(r.out.data, "example:") && strstr(r.out.data, "--help") &&
+                  strstr(r.out.data, "[0, 100]") && strstr(r.out.data, "[0.01, 100]") && strstr(r.out.data, "--threads");
+    report("cli: -h shows an example, --help, the ranges of -t and --repeat-penalty, and --threads", has_all,
+           "exit status %d", r.status);
+    cli_free(&r);
+}
+
+static void new_user_tests(void) {
+    CliFiles f;
+    if (cli_files_init(&f, "first runs: fixtures") != 0) return;
+    test_newline_before_timing(&f);
+    test_notice_only_for_given_n();
+    test_n_below_prompt(&f);
+    test_outputs_not_regular(&f);
+    test_fifo_inputs(&f);
+    test_foreign_models(&f);
+    test_missing_default_tokenizer(&f);
+    test_flags_refused(&f);
+    test_long_names(&f);
 }
 
 /* ============================================================================
@@ -4469,13 +4736,13 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         {"overlapping tensors (attn_k inside attn_q)", m->offset_at[k], 8, m->offset[q] + alignment, NULL},
         {"wrong shape (ffn_down with half its rows)", m->n_dims_at[down] + 12, 8, down_rows / 2, NULL},
         {"a tensor with 5 dimensions", m->n_dims_at[q], 4, 5, NULL},
-        {"tensor type Q4_K (12)", m->type_at[q], 4, 12, "Q4_K"},
+        {"tensor type IQ2_XXS (16)", m->type_at[q], 4, 16, "IQ2_XXS"},
         {"tensor type 99 (no such type)", m->type_at[q], 4, 99, NULL},
         {"cut inside the header", 12, 0, 0, NULL},
         {"cut inside the metadata", m->in_values, 0, 0, NULL},
         {"cut inside the tensor infos", m->in_infos, 0, 0, NULL},
-        {"cut where the tensor data starts", m->data_start, 0, 0, NULL},
-        {"cut one byte short", len - 1, 0, 0, NULL},
+        {"cut where the tensor data starts", m->data_start, 0, 0, "truncated"},
+        {"cut one byte short", len - 1, 0, 0, "truncated"},
     };
     unsigned char *copy = malloc(good->len);
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
@@ -4490,6 +4757,20 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         cli(&r, path, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
         expect_refusal(name, path, damage[i].word, &r);
         cli_free(&r);
+        if (damage[i].word && !strcmp(damage[i].word, "IQ2_XXS")) { // a type run.c does not compute with
+            char model[PATH_SIZE], tok512[PATH_SIZE];
+            shared_path(model, "models/stories260K/stories260K.bin");
+            shared_path(tok512, "models/stories260K/tok512.bin");
+            CliResult a, b;
+            cli(&a, model, "-z", path, "-m", "tokenize", "-i", "Once upon a time", NULL);
+            cli(&b, model, "-z", tok512, "-m", "tokenize", "-i", "Once upon a time", NULL);
+            report("GGUF: a file whose tensors run.c cannot compute with still serves as -z (its vocabulary)",
+                   a.status == 0 && b.status == 0 && a.out.len > 0 && a.out.len == b.out.len &&
+                       memcmp(a.out.data, b.out.data, a.out.len) == 0,
+                   "statuses %d and %d", a.status, b.status);
+            cli_free(&a);
+            cli_free(&b);
+        }
     }
     free(copy);
 }
@@ -4925,6 +5206,19 @@ static void export_tests(void) {
            status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
     cli_free(&r);
     if (!usable) return;
+    // a python3 without numpy (-S: no site packages, so no Debian numpy): one line, no traceback
+    python(&r, "-S", export_py, "--tokenizer", "build/tmp/none.model", "build/tmp/none.bin", NULL);
+    Bytes head = {0};
+    struct stat st;
+    int executable = stat(export_py, &st) == 0 && (st.st_mode & S_IXUSR) && load_file(export_py, &head) == 0 &&
+                     head.len > 22 && memcmp(head.data, "#!/usr/bin/env python3\n", 23) == 0;
+    bytes_free(&head);
+    report("export.py: without numpy, one line that names numpy and how to install it, status 1; executable with a shebang",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "numpy") && strstr(r.err.data, "install") &&
+               !strstr(r.err.data, "Traceback") && executable,
+           "%s, stderr %s, %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err),
+           executable ? "executable" : "not executable or no shebang");
+    cli_free(&r);
     mkdir("build/export", 0755);
     test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
@@ -4982,6 +5276,7 @@ int main(int argc, char **argv) {
     generation_tests();
     cli_tests();
     hostile_tests();
+    new_user_tests();
     chat_tests();
     gguf_tests();
     export_tests();
