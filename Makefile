@@ -136,16 +136,18 @@ fuzz-corpus: build/fuzz/mkmodel build/fuzz/mkseeds
 	build/fuzz/mkmodel build/fuzz/v0-gqa.bin 8 8 1 4 2 8 4 --unshared --seed 2
 	build/fuzz/mkseeds fuzz/corpus build/fuzz/v0-tiny.bin build/fuzz/v0-gqa.bin
 
-build/asan/run: run.c
-	@mkdir -p build/asan
-	$(CC) $(ASAN_CFLAGS) -o $@ run.c $(LDLIBS)
+# Suites built with other flags (SUITE_CFLAGS_name) into build/name/: test_all
+# runs ./run from its working directory and keeps its scratch files in build/
+# there, so each suite runs inside its own directory.
+SUITE_CFLAGS_asan = $(ASAN_CFLAGS)
+build/%/run: run.c
+	@mkdir -p $(@D)
+	$(CC) $(SUITE_CFLAGS_$*) -o $@ run.c $(LDLIBS)
 
-build/asan/test_all: test_all.c run.c
-	@mkdir -p build/asan
-	$(CC) $(ASAN_CFLAGS) -o $@ test_all.c $(LDLIBS)
+build/%/test_all: test_all.c run.c
+	@mkdir -p $(@D)
+	$(CC) $(SUITE_CFLAGS_$*) -o $@ test_all.c $(LDLIBS)
 
-# test_all runs ./run from its working directory and keeps its scratch files
-# in build/ there, so the sanitized suite runs inside build/asan/.
 test-asan: build/asan/run build/asan/test_all
 	cd build/asan && OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
 	    UBSAN_OPTIONS=print_stacktrace=1 ./test_all $(abspath $(SHARED))
@@ -178,15 +180,9 @@ ifeq ($(OPENMP),1)
 V3_CFLAGS += -fopenmp
 endif
 
+SUITE_CFLAGS_v3 = $(V3_CFLAGS)
+
 .PHONY: test-v3
-build/v3/run: run.c
-	@mkdir -p build/v3
-	$(CC) $(V3_CFLAGS) -o $@ run.c $(LDLIBS)
-
-build/v3/test_all: test_all.c run.c
-	@mkdir -p build/v3
-	$(CC) $(V3_CFLAGS) -o $@ test_all.c $(LDLIBS)
-
 test-v3: build/v3/run build/v3/test_all
 	cd build/v3 && OMP_WAIT_POLICY=passive ./test_all $(abspath $(SHARED))
 
