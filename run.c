@@ -74,7 +74,9 @@ static int fail(const char *format, ...) {
 // GGML's type ids, so that our format and GGUF name weight types alike. The
 // weight types section (engine room) has one table row for each type run.c
 // computes with.
-enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q8_0 = 8, TYPE_BF16 = 30, TYPE_COUNT = 31 };
+enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q4_1 = 3, TYPE_Q5_0 = 6, TYPE_Q5_1 = 7, TYPE_Q8_0 = 8,
+       TYPE_Q8_1 = 9, TYPE_Q2_K = 10, TYPE_Q3_K = 11, TYPE_Q4_K = 12, TYPE_Q5_K = 13, TYPE_Q6_K = 14,
+       TYPE_Q8_K = 15, TYPE_IQ4_NL = 20, TYPE_IQ4_XS = 23, TYPE_BF16 = 30, TYPE_COUNT = 31 };
 
 typedef struct {
     int dim;               // transformer width
@@ -1504,7 +1506,9 @@ static uint64_t read_u64(const unsigned char *p) {
                               below, each with its size asserted)
      act_type                 the format x is put in for this type's dot
                               product, as llama.cpp does: TYPE_F32 (x as it
-                              is) or a quantized type (Q8_0 for Q8_0 and Q4_0)
+                              is) or a quantized type (Q8_0 for Q8_0, Q4_0,
+                              Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; Q8_K for the
+                              K-quants and IQ4_XS)
      dequantize               plain: n values back to floats, the reference
                               of every kernel (and the embedding lookup)
      quantize                 n floats to this type, rounding as GGUF's
@@ -1783,6 +1787,1034 @@ static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type
 static float dot_q8_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q8_0); }
 static float dot_q4_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q4_0); }
 
+/* The other types of the GGUF files people download: Q4_1, Q5_0, Q5_1
+   (blocks of 32), the K-quants Q2_K .. Q6_K (super-blocks of 256 with
+   packed sub-block scales and mins) and the non-linear IQ4_NL and IQ4_XS,
+   as ggml defines them. For each: the block layout, its dequantization
+   (ggml's float operations in ggml's order, so the values are bit for bit
+   GGUF's), and a plain integer dot product against x quantized as
+   llama.cpp's CPU backend quantizes it for that type (act_type: Q8_K for
+   the K-quants and IQ4_XS, Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0 and
+   IQ4_NL). The dot products sum integers per (sub)block, then apply the
+   scales in the order of ggml's generic C code. Writers (-m quantize)
+   follow llama-quantize without an importance matrix. fp16 fields are read
+   in place: every block size is even, so they are 2-byte aligned. */
+
+#define QK_K 256 // values per K-quant super-block
+
+// Q4_1: 32 values x = d * q + m, q in 0..15.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t m;     // fp16 offset: the value of q = 0 (the block's minimum)
+    uint8_t qs[16]; // q: low nibbles hold values 0..15, high nibbles 16..31
+} BlockQ4_1;
+_Static_assert(sizeof(BlockQ4_1) == 20, "BlockQ4_1 is 20 bytes");
+
+// Q5_0: 32 values x = d * (q - 16), q in 0..31.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint8_t qh[4];  // bit j of this little-endian uint32 is bit 4 of value j's q
+    uint8_t qs[16]; // q's low 4 bits: low nibbles values 0..15, high nibbles 16..31
+} BlockQ5_0;
+_Static_assert(sizeof(BlockQ5_0) == 22, "BlockQ5_0 is 22 bytes");
+
+// Q5_1: 32 values x = d * q + m, q in 0..31.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t m;     // fp16 offset (the block's minimum)
+    uint8_t qh[4];  // bit 4 of each q, as in Q5_0
+    uint8_t qs[16]; // low 4 bits, as in Q5_0
+} BlockQ5_1;
+_Static_assert(sizeof(BlockQ5_1) == 24, "BlockQ5_1 is 24 bytes");
+
+// Q2_K: 256 values in 16 sub-blocks of 16; value = d * sc * q - dmin * m,
+// q in 0..3, sc and m 4-bit per sub-block.
+typedef struct {
+    uint8_t scales[16]; // sub-block j: sc in the low nibble, m in the high one
+    uint8_t qs[64];     // 2-bit q: byte 32 * h + l holds values 128 * h + l + 32 * s in bits 2s, 2s+1 (s = 0..3)
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+} BlockQ2_K;
+_Static_assert(sizeof(BlockQ2_K) == 84, "BlockQ2_K is 84 bytes");
+
+// Q3_K: 256 values in 16 sub-blocks of 16; value = d * (sc - 32) * (q - 4),
+// q in 0..7, sc 6-bit per sub-block.
+typedef struct {
+    uint8_t hmask[32];  // bit 2 of q: value k has it in hmask[k % 32], bit k / 32
+    uint8_t qs[64];     // q's low 2 bits, packed as Q2_K's qs
+    uint8_t scales[12]; // sc of sub-block j: low 4 bits in the low (j < 8) or high (j >= 8) nibble
+                        // of byte j % 8, high 2 bits in byte 8 + j % 4 at bit 2 * (j / 4)
+    uint16_t d;         // fp16 step of the sub-block scales
+} BlockQ3_K;
+_Static_assert(sizeof(BlockQ3_K) == 110, "BlockQ3_K is 110 bytes");
+
+// Q4_K: 256 values in 8 sub-blocks of 32; value = d * sc * q - dmin * m,
+// q in 0..15, sc and m 6-bit per sub-block.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+    uint8_t scales[12]; // sc and m, 6 bits each: see k4_scale_min
+    uint8_t qs[128];    // q: byte 32 * h + l holds value 64 * h + l (low nibble) and 64 * h + 32 + l (high)
+} BlockQ4_K;
+_Static_assert(sizeof(BlockQ4_K) == 144, "BlockQ4_K is 144 bytes");
+
+// Q5_K: as Q4_K with q in 0..31.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+    uint8_t scales[12]; // as Q4_K
+    uint8_t qh[32];     // bit 4 of q: value k has it in qh[k % 32], bit k / 32
+    uint8_t qs[128];    // q's low 4 bits, packed as Q4_K's qs
+} BlockQ5_K;
+_Static_assert(sizeof(BlockQ5_K) == 176, "BlockQ5_K is 176 bytes");
+
+// Q6_K: 256 values in 16 sub-blocks of 16; value = d * sc * (q - 32),
+// q in 0..63, sc int8 per sub-block.
+typedef struct {
+    uint8_t ql[128];   // q's low 4 bits: in each half h (128 values), byte 64 * h + l holds
+                       // values l (low nibble) and l + 64 (high), byte 64 * h + 32 + l values l + 32 and l + 96
+    uint8_t qh[64];    // q's high 2 bits: byte 32 * h + l holds values l, l + 32, l + 64, l + 96
+                       // of half h in bits 0-1, 2-3, 4-5, 6-7
+    int8_t scales[16]; // sc per sub-block
+    uint16_t d;        // fp16 step of the sub-block scales
+} BlockQ6_K;
+_Static_assert(sizeof(BlockQ6_K) == 210, "BlockQ6_K is 210 bytes");
+
+// IQ4_NL: 32 values x = d * iq4nl_values[q], q in 0..15 (a non-uniform grid).
+typedef struct {
+    uint16_t d;     // fp16 scale
+    uint8_t qs[16]; // q: low nibbles values 0..15, high nibbles 16..31
+} BlockIQ4_NL;
+_Static_assert(sizeof(BlockIQ4_NL) == 18, "BlockIQ4_NL is 18 bytes");
+
+// IQ4_XS: 256 values in 8 sub-blocks of 32; value = d * (ls - 32) * iq4nl_values[q],
+// ls 6-bit per sub-block.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t scales_h;  // ls's high 2 bits: sub-block j at bit 2 * j
+    uint8_t scales_l[4]; // ls's low 4 bits: sub-block j in byte j / 2, low nibble for even j
+    uint8_t qs[128];    // q: 16 bytes per sub-block, low nibbles values 0..15, high 16..31
+} BlockIQ4_XS;
+_Static_assert(sizeof(BlockIQ4_XS) == 136, "BlockIQ4_XS is 136 bytes");
+
+// Q8_1 activations (for Q4_1 and Q5_1 weights): 32 values x = d * q.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t s;     // fp16 of d * sum(q), for the weights' offset m
+    int8_t qs[32];
+} BlockQ8_1;
+_Static_assert(sizeof(BlockQ8_1) == 36, "BlockQ8_1 is 36 bytes");
+
+// Q8_K activations (for the K-quants and IQ4_XS): 256 values x = d * q.
+typedef struct {
+    float d;           // step (a float, not fp16)
+    int8_t qs[QK_K];
+    int16_t bsums[16]; // sum of q in each group of 16, for the weights' mins
+} BlockQ8_K;
+_Static_assert(sizeof(BlockQ8_K) == 292, "BlockQ8_K is 292 bytes");
+
+// IQ4_NL's and IQ4_XS's 16 levels, denser near zero where weights are.
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 32 bits of Q5_0/Q5_1's qh.
+static uint32_t read_qh32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// Q3_K's 6-bit scale of sub-block j (0..15), still offset by 32.
+static int q3_k_scale(const uint8_t *scales, int j) {
+    int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+    int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return low | high << 4;
+}
+
+// Q4_K/Q5_K's 6-bit scale and min of sub-block j (0..7): sub-blocks 0..3
+// in the low 6 bits of bytes j and j + 4; sub-blocks 4..7 have their low 4
+// bits in byte j + 4 (scale low nibble, min high) and their top 2 bits in
+// the spare top bits of bytes j - 4 (scale) and j (min).
+static void k4_scale_min(const uint8_t *scales, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *m = scales[j + 4] & 63;
+    } else {
+        *sc = (scales[j + 4] & 0xF) | (scales[j - 4] >> 6) << 4;
+        *m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4;
+    }
+}
+
+/* Dequantization: ggml's dequantize_row_*, the same float operations in the
+   same order, so the results are its results bit for bit. */
+
+static void dequantize_q4_1(float *out, const void *row, int n) {
+    const BlockQ4_1 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        for (int j = 0; j < 16; j++) {
+            out[j] = (b[i].qs[j] & 0xF) * d + m;
+            out[j + 16] = (b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+// Q5_0/Q5_1's q (0..31) of the 32 values of a block.
+static void q5_values(int q[32], const uint8_t *qs, const uint8_t *qh_bytes) {
+    uint32_t qh = read_qh32(qh_bytes);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xF) | ((qh >> j) & 1) << 4;
+        q[j + 16] = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+    }
+}
+
+static void dequantize_q5_0(float *out, const void *row, int n) {
+    const BlockQ5_0 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d);
+        int q[32];
+        q5_values(q, b[i].qs, b[i].qh);
+        for (int k = 0; k < 32; k++) out[k] = (q[k] - 16) * d;
+    }
+}
+
+static void dequantize_q5_1(float *out, const void *row, int n) {
+    const BlockQ5_1 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        int q[32];
+        q5_values(q, b[i].qs, b[i].qh);
+        for (int k = 0; k < 32; k++) out[k] = q[k] * d + m;
+    }
+}
+
+// Q2_K's q of value k (0..255) of a block.
+static int q2_k_quant(const uint8_t *qs, int k) {
+    return (qs[32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3;
+}
+
+static void dequantize_q2_k(float *out, const void *row, int n) {
+    const BlockQ2_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (b[i].scales[j] & 0xF), ml = dmin * (b[i].scales[j] >> 4);
+            for (int k = 16 * j; k < 16 * j + 16; k++) out[k] = dl * q2_k_quant(b[i].qs, k) - ml;
+        }
+    }
+}
+
+// Q3_K's q - 4 of value k (-4..3).
+static int q3_k_quant(const BlockQ3_K *b, int k) {
+    int high = (b->hmask[k % 32] >> (k / 32)) & 1;
+    return q2_k_quant(b->qs, k) - (high ? 0 : 4);
+}
+
+static void dequantize_q3_k(float *out, const void *row, int n) {
+    const BlockQ3_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (q3_k_scale(b[i].scales, j) - 32);
+            for (int k = 16 * j; k < 16 * j + 16; k++) out[k] = dl * q3_k_quant(&b[i], k);
+        }
+    }
+}
+
+// Q4_K's (and Q5_K's low 4 bits of) q of value k.
+static int q4_k_quant(const uint8_t *qs, int k) {
+    uint8_t byte = qs[32 * (k / 64) + k % 32];
+    return (k % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+
+static int q5_k_quant(const BlockQ5_K *b, int k) {
+    return q4_k_quant(b->qs, k) + ((b->qh[k % 32] >> (k / 32)) & 1) * 16;
+}
+
+// Q4_K and Q5_K share their first fields (d, dmin, scales): super-block i
+// of a row of either, read through those fields, and its q of value k.
+static const BlockQ4_K *k4_block(const void *row, int i, int type) {
+    return (const void *)((const unsigned char *)row + (size_t)i * (type == TYPE_Q5_K ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K)));
+}
+static int k4_quant(const BlockQ4_K *b, int k, int type) {
+    return type == TYPE_Q5_K ? q5_k_quant((const BlockQ5_K *)b, k) : q4_k_quant(b->qs, k);
+}
+
+static void dequantize_k4(float *out, const void *row, int n, int type) {
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        const BlockQ4_K *b = k4_block(row, i, type);
+        float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            k4_scale_min(b->scales, j, &sc, &m);
+            float dl = d * sc, ml = dmin * m;
+            for (int k = 32 * j; k < 32 * j + 32; k++) out[k] = dl * k4_quant(b, k, type) - ml;
+        }
+    }
+}
+static void dequantize_q4_k(float *out, const void *row, int n) { dequantize_k4(out, row, n, TYPE_Q4_K); }
+static void dequantize_q5_k(float *out, const void *row, int n) { dequantize_k4(out, row, n, TYPE_Q5_K); }
+
+// Q6_K's q - 32 of value k (-32..31).
+static int q6_k_quant(const BlockQ6_K *b, int k) {
+    int h = k / 128, l = k % 32, quarter = (k % 128) / 32; // quarter s: values l + 32 * s of half h
+    uint8_t low = b->ql[64 * h + 32 * (quarter & 1) + l];
+    int low4 = quarter < 2 ? low & 0xF : low >> 4;
+    int high2 = (b->qh[32 * h + l] >> (2 * quarter)) & 3;
+    return (low4 | high2 << 4) - 32;
+}
+
+static void dequantize_q6_k(float *out, const void *row, int n) {
+    const BlockQ6_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int k = 0; k < QK_K; k++) out[k] = d * b[i].scales[k / 16] * q6_k_quant(&b[i], k);
+    }
+}
+
+static void dequantize_iq4_nl(float *out, const void *row, int n) {
+    const BlockIQ4_NL *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            out[j] = d * iq4nl_values[b[i].qs[j] & 0xF];
+            out[j + 16] = d * iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+// IQ4_XS's 6-bit scale of sub-block j, still offset by 32.
+static int iq4_xs_scale(const BlockIQ4_XS *b, int j) {
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
+static void dequantize_iq4_xs(float *out, const void *row, int n) {
+    const BlockIQ4_XS *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 8; j++) {
+            float dl = d * (iq4_xs_scale(&b[i], j) - 32);
+            const uint8_t *qs = b[i].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                out[32 * j + l] = dl * iq4nl_values[qs[l] & 0xF];
+                out[32 * j + l + 16] = dl * iq4nl_values[qs[l] >> 4];
+            }
+        }
+    }
+}
+
+/* Activations, quantized as llama.cpp's CPU backend does before a dot
+   product (ggml's reference quantize_row_q8_K_ref / quantize_row_q8_1_ref).
+   The values must be finite. */
+
+// ggml's nearest_int, to the bit: adding 1.5 * 2^23 leaves x rounded (half
+// to even) in the low 23 bits, offset by 2^22. Exact for |x| < 2^22 and,
+// unlike a cast, defined for every input (inf and NaN give -2^22 and 0),
+// so even degenerate blocks come out as ggml's do.
+static int nearest_int(float x) {
+    float shifted = x + 12582912.0f;
+    uint32_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    return (int)(bits & 0x7FFFFF) - 0x400000;
+}
+
+// Q8_K: per 256 values, iscale = -127 / (the value of largest magnitude),
+// q = round(iscale * x) (at most 127), d = 1 / iscale.
+static void quantize_q8_k(void *out, const float *x, int n) {
+    BlockQ8_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int k = 0; k < QK_K; k++)
+            if (fabsf(x[k]) > amax) { amax = fabsf(x[k]); max = x[k]; }
+        memset(&y[i], 0, sizeof y[i]); // ggml leaves bsums unset here; d = 0 makes them unused
+        float iscale = -127.0f / max;
+        if (amax == 0.0f || !isfinite(iscale)) continue; // (ggml: undefined for a tiny denormal max) zeros
+        for (int k = 0; k < QK_K; k++) {
+            int q = nearest_int(iscale * x[k]);
+            y[i].qs[k] = (int8_t)(q < 127 ? q : 127);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int k = 16 * g; k < 16 * g + 16; k++) sum += y[i].qs[k];
+            y[i].bsums[g] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+// Q8_1: per 32 values, d = amax / 127, q = x * (127 / amax) rounded to
+// nearest even, s = d * sum(q) with the unrounded d, both stored as fp16.
+// This is ggml's x86 (AVX2) form, which llama.cpp runs on x86 machines: with
+// it our Q4_1 logits match the references to 1e-7; with ggml's reference
+// form (q = roundf(x / d)), to 3e-4.
+static void quantize_q8_1(void *out, const float *x, int n) {
+    BlockQ8_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+        float d = amax / 127, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // amax so tiny that 127 / amax overflows: zeros
+        int sum = 0;
+        for (int k = 0; k < 32; k++) {
+            y[i].qs[k] = (int8_t)nearbyintf(x[k] * id);
+            sum += y[i].qs[k];
+        }
+        y[i].d = f32_to_f16(d);
+        y[i].s = f32_to_f16(sum * d);
+    }
+}
+
+// The activation formats as floats (for the tests; nothing else reads them back).
+static void dequantize_q8_k(float *out, const void *row, int n) {
+    const BlockQ8_K *b = row;
+    for (int i = 0; i < n / QK_K; i++)
+        for (int k = 0; k < QK_K; k++) out[i * QK_K + k] = b[i].d * b[i].qs[k];
+}
+
+static void dequantize_q8_1(float *out, const void *row, int n) {
+    const BlockQ8_1 *b = row;
+    for (int i = 0; i < n / 32; i++)
+        for (int k = 0; k < 32; k++) out[i * 32 + k] = f16_to_f32(b[i].d) * b[i].qs[k];
+}
+
+/* Dot products of one weight row (n values) with one quantized activation
+   row: exact integer sums per (sub)block, then the scales, in the order of
+   ggml's generic C code (ggml_vec_dot_*_q8_*), so the results are its
+   results. The K-quants keep, as it does, eight float partial sums over the
+   positions k % 8 and add them last. */
+
+static float dot_q4_1_plain(const void *row, const void *act, int n) {
+    const BlockQ4_1 *w = row;
+    const BlockQ8_1 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += (w[i].qs[j] & 0xF) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + 16];
+        // the offset m times every x: m * (d_x * sum(q_x)) = m * s
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+    }
+    return sum;
+}
+
+// sum(q * x) of a Q5_0/Q5_1 block, less offset * sum(x).
+static int q5_block_dot(const uint8_t *qs, const uint8_t *qh, const int8_t *x, int offset) {
+    int q[32], sumi = 0;
+    q5_values(q, qs, qh);
+    for (int k = 0; k < 32; k++) sumi += (q[k] - offset) * x[k];
+    return sumi;
+}
+
+static float dot_q5_0_plain(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++)
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * q5_block_dot(w[i].qs, w[i].qh, a[i].qs, 16);
+    return sum;
+}
+
+static float dot_q5_1_plain(const void *row, const void *act, int n) {
+    const BlockQ5_1 *w = row;
+    const BlockQ8_1 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++)
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * q5_block_dot(w[i].qs, w[i].qh, a[i].qs, 0) +
+               f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+    return sum;
+}
+
+static float dot_iq4_nl_plain(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += iq4nl_values[w[i].qs[j] & 0xF] * a[i].qs[j] + iq4nl_values[w[i].qs[j] >> 4] * a[i].qs[j + 16];
+        sum += (f16_to_f32(a[i].d) * f16_to_f32(w[i].d)) * sumi;
+    }
+    return sum;
+}
+
+static float dot_q2_k_plain(const void *row, const void *act, int n) {
+    const BlockQ2_K *w = row;
+    const BlockQ8_K *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sumi = 0, summ = 0; // sum of sc * q * q_x; of m * q_x, from the group sums
+        for (int j = 0; j < 16; j++) {
+            int part = 0;
+            for (int k = 16 * j; k < 16 * j + 16; k++) part += q2_k_quant(w[i].qs, k) * a[i].qs[k];
+            sumi += (w[i].scales[j] & 0xF) * part;
+            summ += (w[i].scales[j] >> 4) * a[i].bsums[j];
+        }
+        float d = a[i].d * f16_to_f32(w[i].d), dmin = a[i].d * f16_to_f32(w[i].dmin);
+        sum += d * sumi - dmin * summ;
+    }
+    return sum;
+}
+
+static float dot_q3_k_plain(const void *row, const void *act, int n) {
+    const BlockQ3_K *w = row;
+    const BlockQ8_K *a = act;
+    float lanes[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t lane[8] = {0};
+        for (int k = 0; k < QK_K; k++)
+            lane[k % 8] += (q3_k_scale(w[i].scales, k / 16) - 32) * (q3_k_quant(&w[i], k) * a[i].qs[k]);
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+// Q4_K and Q5_K: sum(d * sc * q * x) in eight lanes, and the mins
+// subtracted per block from the group sums of Q8_K.
+static float dot_k4_plain(const void *row, const BlockQ8_K *a, int n, int type) {
+    float lanes[8] = {0}, sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const BlockQ4_K *w = k4_block(row, i, type);
+        int32_t lane[8] = {0};
+        int summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            k4_scale_min(w->scales, j, &sc, &m);
+            for (int k = 32 * j; k < 32 * j + 32; k++) lane[k % 8] += sc * (k4_quant(w, k, type) * a[i].qs[k]);
+            summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        }
+        float d = f16_to_f32(w->d) * a[i].d, dmin = f16_to_f32(w->dmin) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+        sum -= dmin * summ;
+    }
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+static float dot_q4_k_plain(const void *row, const void *act, int n) { return dot_k4_plain(row, act, n, TYPE_Q4_K); }
+static float dot_q5_k_plain(const void *row, const void *act, int n) { return dot_k4_plain(row, act, n, TYPE_Q5_K); }
+
+static float dot_q6_k_plain(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    float lanes[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t lane[8] = {0};
+        for (int k = 0; k < QK_K; k++) lane[k % 8] += w[i].scales[k / 16] * (q6_k_quant(&w[i], k) * a[i].qs[k]);
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+static float dot_iq4_xs_plain(const void *row, const void *act, int n) {
+    const BlockIQ4_XS *w = row;
+    const BlockQ8_K *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = w[i].qs + 16 * j;
+            const int8_t *x = a[i].qs + 32 * j;
+            int sumi = 0;
+            for (int l = 0; l < 16; l++)
+                sumi += iq4nl_values[qs[l] & 0xF] * x[l] + iq4nl_values[qs[l] >> 4] * x[l + 16];
+            sum += (d * (iq4_xs_scale(&w[i], j) - 32)) * sumi;
+        }
+    }
+    return sum;
+}
+
+/* Writers, as llama-quantize writes these types without an importance
+   matrix (ggml's quantize_row_*_ref and their helpers): per sub-block, a
+   scale (and min) fitted to the values, then the sub-block scales quantized
+   against one fp16 step per super-block, then every value rounded against
+   its sub-block's final scale. Their output is llama-quantize's byte for byte
+   only without FP contraction (no a * b + c fused into fma): GCC with
+   -std=c11 does not fuse; clang and -std=gnu11 do unless -ffp-contract=off. */
+
+#define GROUP_MAX_EPS 1e-15f // sub-blocks smaller than this are all zero
+
+// Fits x[i] ~ scale * L[i] - min (n <= 32 values, L in 0..nmax, min >= 0)
+// minimizing the weighted error sum w * |err| (use_mad) or w * err^2: a
+// first guess from the range, then nstep + 1 trial scales around it, each
+// refined by weighted least squares; the best fit wins. Returns scale,
+// *min_out = min. (ggml: make_qkx2_quants.)
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *min_out, float rmin,
+                           float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0; // the grid always includes zero
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *min_out = -min;
+        return 0.0f;
+    }
+    float iscale = nmax / (max - min), scale = 1 / iscale, best = 0.0f;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+    }
+    uint8_t trial[32];
+    for (int step = 0; step <= nstep; step++) {
+        iscale = (rmin + rdelta * step + nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            trial[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(det > 0)) continue; // (not "det <= 0": NaN skips too, as in ggml)
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+        if (this_min > 0) { // keep zero on the grid: refit the scale alone
+            this_min = 0;
+            this_scale = sum_xl / sum_l2;
+        }
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float diff = this_scale * trial[i] + this_min - x[i];
+            err += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+        }
+        if (err < best) {
+            memcpy(L, trial, (size_t)n);
+            best = err;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *min_out = -min;
+    return scale;
+}
+
+// The first guess of fit_scale and fit_scale_q3: L[i] = x[i] * -nmax / max
+// rounded, in -nmax..nmax - 1 (max: the value of largest magnitude), and
+// the weighted sums sum_lx = sum w x L, sum_l2 = sum w L^2 with w = x^2.
+// Returns max; 0 with L all zero when every |x| is below GROUP_MAX_EPS.
+static float first_levels(int n, int nmax, const float *x, int8_t *L, float *sum_lx, float *sum_l2) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); max = x[i]; }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -nmax / max;
+    *sum_lx = *sum_l2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        *sum_lx += w * x[i] * l;
+        *sum_l2 += w * l * l;
+    }
+    return max;
+}
+
+// Fits x[i] ~ scale * (L[i] - nmax), L in 0..2 nmax - 1, weights x^2:
+// scale from the value of largest magnitude (which maps to -nmax), then 18
+// nearby scales, keeping the best least-squares fit. Returns scale.
+// (ggml: make_qx_quants with rmse_type 1 and no weights.)
+static float fit_scale(int n, int nmax, const float *x, int8_t *L) {
+    float sum_lx, sum_l2, max = first_levels(n, nmax, x, L, &sum_lx, &sum_l2);
+    if (max == 0.0f) return 0.0f;
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    float scale = sum_l2 ? sum_lx / sum_l2 : 0.0f, best = scale * sum_lx;
+    for (int step = -9; step <= 9; step++) {
+        if (step == 0) continue;
+        float iscale = -(nmax + 0.1f * step) / max;
+        sum_lx = sum_l2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sum_lx += w * x[i] * l;
+            sum_l2 += w * l * l;
+        }
+        if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) { // a smaller squared error
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1) + nmax);
+            scale = sum_lx / sum_l2;
+            best = scale * sum_lx;
+        }
+    }
+    return scale;
+}
+
+// Packs Q4_K/Q5_K's eight 6-bit scales and mins (k4_scale_min's layout).
+static void pack_k4_scales(uint8_t *scales, const uint8_t *ls, const uint8_t *lm) {
+    for (int j = 0; j < 4; j++) {
+        scales[j] = ls[j];
+        scales[j + 4] = lm[j];
+    }
+    for (int j = 4; j < 8; j++) {
+        scales[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+        scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+        scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+    }
+}
+
+// Q4_K and Q5_K (nmax 15 or 31): the shared part. Fits each sub-block of
+// 32 (weights: rms of the sub-block + |x|), quantizes the scales and mins
+// to 6 bits against d = max scale / 63 and dmin = max min / 63, then rounds
+// every value against its sub-block's final scale and min into L.
+static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out, uint16_t *dmin_out,
+                              uint8_t *scales_out, uint8_t *L) {
+    float scales[8], mins[8], w[32], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        const float *xj = x + 32 * j;
+        float sum_x2 = 0.0f;
+        for (int l = 0; l < 32; l++) sum_x2 += xj[l] * xj[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xj[l]);
+        scales[j] = fit_scale_min(32, nmax, xj, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.0f, inv_min = max_min > 0 ? 63.f / max_min : 0.0f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        // as ggml: the rounded value truncated to 8 bits, then capped at 63
+        ls[j] = (uint8_t)nearest_int(inv_scale * scales[j]);
+        lm[j] = (uint8_t)nearest_int(inv_min * mins[j]);
+        if (ls[j] > 63) ls[j] = 63;
+        if (lm[j] > 63) lm[j] = 63;
+    }
+    memset(scales_out, 0, 12);
+    pack_k4_scales(scales_out, ls, lm);
+    *d_out = f32_to_f16(max_scale / 63.f);
+    *dmin_out = f32_to_f16(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        k4_scale_min(scales_out, j, &sc, &m);
+        float d = f16_to_f32(*d_out) * sc;
+        if (!d) continue; // keep the fit's L
+        float dm = f16_to_f32(*dmin_out) * m;
+        for (int l = 32 * j; l < 32 * j + 32; l++) L[l] = (uint8_t)clamp_int(nearest_int((x[l] + dm) / d), 0, nmax);
+    }
+}
+
+static void quantize_q4_k(void *out, const float *x, int n) {
+    BlockQ4_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        quantize_k4_block(x, 15, -1.0f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        for (int k = 0; k < 128; k++) {
+            int base = 64 * (k / 32) + k % 32; // byte k: values base and base + 32
+            y[i].qs[k] = (uint8_t)(L[base] | L[base + 32] << 4);
+        }
+    }
+}
+
+static void quantize_q5_k(void *out, const float *x, int n) {
+    BlockQ5_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        quantize_k4_block(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int k = 0; k < 128; k++) {
+            int base = 64 * (k / 32) + k % 32;
+            y[i].qs[k] = (uint8_t)((L[base] & 0xF) | (L[base + 32] & 0xF) << 4);
+        }
+        for (int k = 0; k < QK_K; k++) y[i].qh[k % 32] |= (uint8_t)((L[k] >> 4) << (k / 32));
+    }
+}
+
+static void quantize_q6_k(void *out, const float *x, int n) {
+    BlockQ6_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        int8_t L[QK_K]; // q, 0..63
+        float scales[16], max_scale = 0.0f, max_abs = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_scale(16, 32, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > max_abs) { max_abs = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        if (max_abs < GROUP_MAX_EPS) continue; // all zero
+        float iscale = -128.f / max_scale; // the largest scale maps to -128
+        y[i].d = f32_to_f16(1 / iscale);
+        for (int j = 0; j < 16; j++) {
+            int s = nearest_int(iscale * scales[j]);
+            y[i].scales[j] = (int8_t)(s < 127 ? s : 127);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * y[i].scales[j];
+            if (!d) continue; // keep the fit's L
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (int8_t)(clamp_int(nearest_int(x[k] / d), -32, 31) + 32);
+        }
+        for (int k = 0; k < QK_K; k++) { // the inverse of q6_k_quant
+            int h = k / 128, l = k % 32, quarter = (k % 128) / 32;
+            y[i].ql[64 * h + 32 * (quarter & 1) + l] |= (uint8_t)((L[k] & 0xF) << (quarter < 2 ? 0 : 4));
+            y[i].qh[32 * h + l] |= (uint8_t)((L[k] >> 4) << (2 * quarter));
+        }
+    }
+}
+
+// Q2_K and Q3_K's q: values 128 h + 32 s + l (s = 0..3) share byte 32 h + l.
+static void pack_2bit(uint8_t *qs, const uint8_t *L) {
+    memset(qs, 0, 64);
+    for (int k = 0; k < QK_K; k++) qs[32 * (k / 128) + k % 32] |= (uint8_t)((L[k] & 3) << (2 * ((k % 128) / 32)));
+}
+
+// Q2_K: sub-blocks of 16 fitted with scale and min (weights |x|, least
+// absolute error), both quantized to 4 bits against d = max scale / 15 and
+// dmin = max min / 15.
+static void quantize_q2_k(void *out, const float *x, int n) {
+    BlockQ2_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        float scales[16], mins[16], w[16], max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        y[i].d = y[i].dmin = f32_to_f16(0.0f);
+        if (max_scale > 0) {
+            float iscale = 15.f / max_scale;
+            for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y[i].d = f32_to_f16(max_scale / 15.f);
+        }
+        if (max_min > 0) {
+            float iscale = 15.f / max_min;
+            for (int j = 0; j < 16; j++) y[i].scales[j] |= (uint8_t)((unsigned)nearest_int(iscale * mins[j]) << 4);
+            y[i].dmin = f32_to_f16(max_min / 15.f);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * (y[i].scales[j] & 0xF);
+            if (!d) continue; // keep the fit's L
+            float dm = f16_to_f32(y[i].dmin) * (y[i].scales[j] >> 4);
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (uint8_t)clamp_int(nearest_int((x[k] + dm) / d), 0, 3);
+        }
+        pack_2bit(y[i].qs, L);
+    }
+}
+
+// Fits x[i] ~ scale * (L[i] - nmax), L in 0..2 nmax - 1, weights x^2: the
+// scale of the largest magnitude, then up to five passes that move single
+// values to a neighbouring level while that lowers the squared error.
+// (ggml: make_q3_quants with do_rmse.)
+static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L) {
+    float sum_lx, sum_l2;
+    if (first_levels(n, nmax, x, L, &sum_lx, &sum_l2) == 0.0f) return 0.0f;
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i], slx = sum_lx - w * x[i] * L[i];
+            if (slx <= 0) continue;
+            float sl2 = sum_l2 - w * L[i] * L[i];
+            int l = clamp_int(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+            if (l == L[i]) continue;
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+            if (sl2 > 0 && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
+                L[i] = (int8_t)l;
+                sum_lx = slx;
+                sum_l2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return sum_lx / sum_l2;
+}
+
+// Q3_K: sub-blocks of 16 fitted by fit_scale_q3, scales quantized to 6 bits
+// (signed, -32..31) against d = -(the scale of largest magnitude) / 32.
+static void quantize_q3_k(void *out, const float *x, int n) {
+    BlockQ3_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        int8_t L[QK_K];
+        float scales[16], max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax) { amax = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        y[i].d = f32_to_f16(0.0f);
+        if (max_scale != 0) {
+            float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = clamp_int((int8_t)nearest_int(iscale * scales[j]), -32, 31) + 32;
+                y[i].scales[j % 8] |= (uint8_t)((l & 0xF) << (j < 8 ? 0 : 4));
+                y[i].scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[i].d = f32_to_f16(1 / iscale);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * (q3_k_scale(y[i].scales, j) - 32);
+            if (!d) continue; // keep the fit's L
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (int8_t)(clamp_int(nearest_int(x[k] / d), -4, 3) + 4);
+        }
+        memset(y[i].hmask, 0, sizeof y[i].hmask);
+        uint8_t low[QK_K];
+        for (int k = 0; k < QK_K; k++) {
+            if (L[k] > 3) y[i].hmask[k % 32] |= (uint8_t)(1 << (k / 32));
+            low[k] = (uint8_t)(L[k] & 3);
+        }
+        pack_2bit(y[i].qs, low);
+    }
+}
+
+// Q4_1 and Q5_1 (levels 15 or 31): d = (max - min) / levels, m = min,
+// q = (x - min) / d rounded half up; Q4_1 caps q at 15, Q5_1 keeps ggml's
+// missing cap (a q of 32 loses its top bit). Q5_0: d = (value of largest
+// magnitude) / -16, q = x / d + 16 rounded half up, capped at 31.
+static float block_min(const float *x, float *max) {
+    float min = INFINITY; // (ggml: FLT_MAX; the same for finite values)
+    *max = -INFINITY;
+    for (int k = 0; k < 32; k++) {
+        if (x[k] < min) min = x[k];
+        if (x[k] > *max) *max = x[k];
+    }
+    return min;
+}
+
+static void quantize_q4_1(void *out, const float *x, int n) {
+    BlockQ4_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float max, min = block_min(x, &max), d = (max - min) / 15, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        y[i].m = f32_to_f16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+        }
+    }
+}
+
+static void quantize_q5_1(void *out, const float *x, int n) {
+    BlockQ5_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float max, min = block_min(x, &max), d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        y[i].m = f32_to_f16(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
+        }
+        for (int b = 0; b < 4; b++) y[i].qh[b] = (uint8_t)(qh >> (8 * b));
+    }
+}
+
+static void quantize_q5_0(void *out, const float *x, int n) {
+    BlockQ5_0 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < 32; k++)
+            if (fabsf(x[k]) > amax) { amax = fabsf(x[k]); max = x[k]; }
+        float d = max / -16, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(x[j] * id + 16.5f), q1 = (int)(x[j + 16] * id + 16.5f);
+            q0 = q0 < 31 ? q0 : 31;
+            q1 = q1 < 31 ? q1 : 31;
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int b = 0; b < 4; b++) y[i].qh[b] = (uint8_t)(qh >> (8 * b));
+    }
+}
+
+// The index of the IQ4_NL level nearest x; a tie goes to the upper level (as ggml).
+static int iq4_nearest(float x) {
+    if (x <= iq4nl_values[0]) return 0;
+    if (x >= iq4nl_values[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (x < iq4nl_values[mid]) hi = mid;
+        else lo = mid;
+    }
+    return x - iq4nl_values[hi - 1] < iq4nl_values[hi] - x ? hi - 1 : hi;
+}
+
+// Fits one sub-block of 32 to d * iq4nl_values[L] (weights x^2): the scale
+// that maps the largest magnitude to -127, then 15 trial scales around it,
+// each refined by least squares. Returns d (0 for an all-zero sub-block).
+// (ggml: quantize_row_iq4_nl_impl's per-block part, ntry 7, no imatrix.)
+static float fit_scale_iq4(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+    if (amax < GROUP_MAX_EPS) return 0.0f;
+    float d = -max / iq4nl_values[0], id = 1 / d, sum_qx = 0.0f, sum_q2 = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float q = iq4nl_values[iq4_nearest(id * x[j])], w = x[j] * x[j];
+        sum_qx += w * q * x[j];
+        sum_q2 += w * q * q;
+    }
+    d = sum_qx / sum_q2;
+    float best = d * sum_qx;
+    for (int step = -7; step <= 7; step++) {
+        id = (step + iq4nl_values[0]) / max;
+        sum_qx = sum_q2 = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            float q = iq4nl_values[iq4_nearest(id * x[j])], w = x[j] * x[j];
+            sum_qx += w * q * x[j];
+            sum_q2 += w * q * q;
+        }
+        if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
+            d = sum_qx / sum_q2;
+            best = d * sum_qx;
+        }
+    }
+    return d;
+}
+
+// 32 values against scale d into IQ4_NL's nibble layout.
+static void pack_iq4(uint8_t *qs, const float *x, float d) {
+    float id = d ? 1 / d : 0.0f;
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(iq4_nearest(id * x[j]) | iq4_nearest(id * x[j + 16]) << 4);
+}
+
+static void quantize_iq4_nl(void *out, const float *x, int n) {
+    BlockIQ4_NL *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float d = fit_scale_iq4(x);
+        y[i].d = f32_to_f16(d);
+        pack_iq4(y[i].qs, x, d); // with the unrounded d, as ggml
+    }
+}
+
+// IQ4_XS: each sub-block's d quantized to 6 bits (signed) against the
+// super-block's step -(the d of largest magnitude) / 32.
+static void quantize_iq4_xs(void *out, const float *x, int n) {
+    BlockIQ4_XS *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float scales[8], max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            scales[j] = fit_scale_iq4(x + 32 * j);
+            if (fabsf(scales[j]) > amax) { amax = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        float d = -max_scale / 32, id = d ? 1 / d : 0.0f;
+        y[i].d = f32_to_f16(d);
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int j = 0; j < 8; j++) {
+            int l = clamp_int(nearest_int(id * scales[j]), -32, 31);
+            pack_iq4(y[i].qs + 16 * j, x + 32 * j, d * l); // with the unrounded d, as ggml
+            y[i].scales_l[j / 2] |= (uint8_t)(((l + 32) & 0xF) << (4 * (j % 2)));
+            y[i].scales_h |= (uint16_t)(((l + 32) >> 4) << (2 * j));
+        }
+    }
+}
+
 // The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
@@ -1797,6 +2829,41 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
                    .dot = dot_q4_0, .packed_bytes = 16 * QK / 2},
+    [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
+                   .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
+                   .dot = dot_q4_1_plain},
+    [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
+                   .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
+                   .dot = dot_q5_0_plain},
+    [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
+                   .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
+                   .dot = dot_q5_1_plain},
+    [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
+                   .dot = dot_q2_k_plain},
+    [TYPE_Q3_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ3_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q3_k, .quantize = quantize_q3_k, .dot_plain = dot_q3_k_plain,
+                   .dot = dot_q3_k_plain},
+    [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
+                   .dot = dot_q4_k_plain},
+    [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
+                   .dot = dot_q5_k_plain},
+    [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
+                   .dot = dot_q6_k_plain},
+    [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
+                     .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
+                     .dot = dot_iq4_nl_plain},
+    [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
+                     .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
+                     .dot = dot_iq4_xs_plain},
+    // activation formats only (no dot: never a weight)
+    [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
+                   .quantize = quantize_q8_1},
+    [TYPE_Q8_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ8_K), .dequantize = dequantize_q8_k,
+                   .quantize = quantize_q8_k},
 };
 
 // GGML's names, also for the types run.c does not read (messages).
@@ -1804,7 +2871,8 @@ static const char *type_name(uint32_t type) {
     static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
                                   "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
                                   "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",
-                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8",
+                                  "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
     return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }
 
@@ -2963,8 +4031,9 @@ static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t align
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         GgufTensor *t = &g->tensors[i];
         if (!type_supported(t->type))
-            return fail("%s: tensor %.*s has type %s (%u); supported: %s", path, (int)t->name_len, t->name,
-                        type_name(t->type), t->type, supported_type_names());
+            return fail("%s: tensor %.*s has type %s (%u), which run.c does not read; supported: %s "
+                        "(use a file of one of those types, or re-quantize with llama-quantize)", path,
+                        (int)t->name_len, t->name, type_name(t->type), t->type, supported_type_names());
         int block_size = type_traits[t->type].block_size;
         if (t->dims[0] % (uint64_t)block_size != 0)
             return fail("%s: tensor %.*s has rows of %llu, not a multiple of %s's block of %d", path,

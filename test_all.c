@@ -1490,22 +1490,29 @@ static void test_matmat_fast_vs_plain(void) {
     set_threads(max_threads());
 }
 
-// The integer kernels quantize x to Q8_0 blocks first: q = round(x / d)
-// with d = amax/127, and the block's scale is d rounded to fp16, s. Then
+// The integer kernels quantize x to blocks of their act_type first (Q8_0,
+// Q8_1: 32 values, Q8_K: 256): q = round(x / d) with d = amax/127, and the
+// block's scale is d, rounded to fp16 (s) except in Q8_K. Then
 // |x - s q| <= d/2 + |d - s| * 127, so a row's result may move by at most
 // sum over blocks of (sum |w|) * (d/2 + 127 |d - s|), plus float order.
+// Q8_1 also stores d * sum(q) in fp16, which multiplies the weights' block
+// offset (at most max|w| in size): up to 2^-11 of max|w| * sum|x| more.
 static double activation_bound(const Matrix *m, int row, const float *x) {
     float *w = malloc((size_t)m->cols * sizeof(float));
     dequantize_row(w, m, row);
+    int act = type_traits[m->type].act_type, block = type_traits[act].block_size;
     double bound = 0.0;
-    for (int b = 0; b * QK < m->cols; b++) {
-        double amax = 0.0, wsum = 0.0;
-        for (int k = b * QK; k < m->cols && k < (b + 1) * QK; k++) {
+    for (int b = 0; b * block < m->cols; b++) {
+        double amax = 0.0, wsum = 0.0, wmax = 0.0, xsum = 0.0;
+        for (int k = b * block; k < m->cols && k < (b + 1) * block; k++) {
             if (fabs(x[k]) > amax) amax = fabs(x[k]);
+            if (fabs(w[k]) > wmax) wmax = fabs(w[k]);
             wsum += fabs(w[k]);
+            xsum += fabs(x[k]);
         }
-        float d = (float)amax / 127.0f, rounded = f16_to_f32(f32_to_f16(d));
+        float d = (float)amax / 127.0f, rounded = act == TYPE_Q8_K ? d : f16_to_f32(f32_to_f16(d));
         bound += wsum * (d * 0.5 + 127.0 * fabs((double)d - rounded)) * 1.001; // 0.1%: float slack
+        if (act == TYPE_Q8_1) bound += wmax * xsum * 0x1p-10;
     }
     bound += order_bound(w, x, m->cols);
     free(w);
@@ -3899,17 +3906,20 @@ static void chat_tests(void) {
 // the file's name tells; -1 if it names none.
 static double gguf_tolerance(const char *file_name) {
     static const struct { const char *type; double tolerance; } types[] = {
-        {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4},
+        {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4}, {"q4_1", 3e-2}, {"q5_0", 3e-2},
+        {"q5_1", 3e-2}, {"q2_k", 3e-2}, {"q3_k", 3e-2}, {"q4_k", 3e-2}, {"q5_k", 3e-2}, {"q6_k", 3e-2},
+        {"iq4_nl", 3e-2}, {"iq4_xs", 3e-2},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strstr(file_name, types[i].type)) return types[i].tolerance;
     return -1;
 }
 
-// Every case of reference/gguf, within its file type's tolerance.
-static void test_gguf_logits(void) {
+// Every case of SHARED/dir_relative (reference/gguf, reference/kquants),
+// within its file type's tolerance.
+static void test_gguf_logits(const char *dir_relative) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
-    shared_path(dir, "reference/gguf");
+    shared_path(dir, dir_relative);
     NameList cases;
     if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
         report("logits: GGUF reference cases", 0, "no case directories in %s", dir);
@@ -3929,7 +3939,7 @@ static void test_gguf_logits(void) {
         if (tolerance < 0) {
             char name[256];
             format_text(name, sizeof name, "logits %s", cases.names[i]);
-            report(name, 0, "cannot tell the weight type (f32, f16, q8_0, q4_0) from %s", path);
+            report(name, 0, "cannot tell the weight type (f32, f16, q8_0, q4_0, q4_k, ...) from %s", path);
             continue;
         }
         run_logits_case(case_dir, cases.names[i], tolerance);
@@ -4437,6 +4447,38 @@ static int tensor_index(const GgufMarks *m, const char *name) {
     return 0;
 }
 
+// A tensor of a type run.c does not compute with (IQ1/IQ2/IQ3, TQ1_0/TQ2_0,
+// ...) is refused in one line naming the tensor and the type, listing
+// every supported type and saying what to do.
+static void test_gguf_unsupported_types(const Buffer *good, const GgufMarks *m) {
+    static const struct { uint32_t id; const char *name; } types[] = {
+        {16, "IQ2_XXS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {21, "IQ3_S"}, {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}};
+    static const char *const supported[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K",
+                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"};
+    int v = tensor_index(m, "blk.1.attn_v.weight"), bad = 0;
+    char first[600] = "";
+    unsigned char *copy = malloc(good->len);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        memcpy(copy, good->data, good->len);
+        put_le32(copy + m->type_at[v], types[i].id);
+        Gguf g;
+        int refused = gguf_parse(&g, copy, good->len, "x.gguf") != 0, ok = refused;
+        if (!refused) gguf_free(&g);
+        ok = ok && strstr(error_message, "blk.1.attn_v.weight") && strstr(error_message, types[i].name) &&
+             strstr(error_message, "llama-quantize") && !strchr(error_message, '\n');
+        for (size_t s = 0; s < sizeof supported / sizeof supported[0]; s++) {
+            char listed[16], last[16];
+            format_text(listed, sizeof listed, " %s,", supported[s]); // each listed whole
+            format_text(last, sizeof last, " %s (", supported[s]);
+            ok = ok && (strstr(error_message, listed) || strstr(error_message, last));
+        }
+        if (!ok && !bad++) format_text(first, sizeof first, "; type %s: %s", types[i].name, refused ? error_message : "accepted");
+    }
+    free(copy);
+    report("bad GGUF: unsupported tensor types refused naming tensor and type, listing the supported ones", bad == 0,
+           "%zu types, %d wrong%s", sizeof types / sizeof types[0], bad, first);
+}
+
 static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t alignment) {
     int q = tensor_index(m, "blk.0.attn_q.weight"), k = tensor_index(m, "blk.0.attn_k.weight");
     int v = tensor_index(m, "blk.0.attn_v.weight"), down = tensor_index(m, "blk.0.ffn_down.weight");
@@ -4461,7 +4503,8 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         {"overlapping tensors (attn_k inside attn_q)", m->offset_at[k], 8, m->offset[q] + alignment, NULL},
         {"wrong shape (ffn_down with half its rows)", m->n_dims_at[down] + 12, 8, down_rows / 2, NULL},
         {"a tensor with 5 dimensions", m->n_dims_at[q], 4, 5, NULL},
-        {"tensor type Q4_K (12)", m->type_at[q], 4, 12, "Q4_K"},
+        {"tensor type Q4_K (12) on rows of 64, not whole blocks of 256", m->type_at[q], 4, 12, "Q4_K"},
+        {"tensor type IQ2_XXS (16), which run.c does not read", m->type_at[q], 4, 16, "IQ2_XXS"},
         {"tensor type 99 (no such type)", m->type_at[q], 4, 99, NULL},
         {"cut inside the header", 12, 0, 0, NULL},
         {"cut inside the metadata", m->in_values, 0, 0, NULL},
@@ -4484,6 +4527,7 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         cli_free(&r);
     }
     free(copy);
+    test_gguf_unsupported_types(good, m);
 }
 
 // Files another architecture or tokenizer made, and a vocabulary-only file
@@ -4525,7 +4569,8 @@ static void gguf_tests(void) {
     CliFiles f;
     char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
     if (cli_files_init(&f, "GGUF: fixtures") != 0) return;
-    test_gguf_logits();
+    test_gguf_logits("reference/gguf");
+    test_gguf_logits("reference/kquants");
     test_gguf_vocab(&f);
     test_gguf_greedy();
     test_gguf_tiny_random();
