@@ -3683,8 +3683,11 @@ static int choose_kernels(Transformer *t, const char *path) {
    line in error_message. */
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
+// Version 1 has one weight type for every matrix; version 2 (mixes such as
+// Q4_K_M) follows the header with a table of each matrix's own type.
 #define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
 #define RUNC_VERSION 1
+#define RUNC_VERSION_TYPES 2
 #define RUNC_HEADER_SIZE 256
 #define RUNC_ALIGN 64
 #define V0_HEADER_SIZE 28
@@ -3731,8 +3734,18 @@ static int check_config(const Config *c, const char *path) {
 typedef struct {
     const char *base;
     uint64_t offset;
-    uint64_t align; // 1 for version 0, RUNC_ALIGN for our format
+    uint64_t align;              // 1 for version 0, RUNC_ALIGN for our format
+    const unsigned char *types;  // RUNC version 2: each matrix's type (runc_type), else NULL
 } TensorWalk;
+
+// RUNC version 2's table: one int32 type per matrix in file order, the
+// embedding (0), then wq wk wv wo w1 w2 w3 (part p, layer l: 1 + p * n_layers
+// + l), then wcls when unshared. Without a table every matrix is weight_type.
+static int runc_matrix_count(const Config *c) { return 1 + 7 * c->n_layers + !c->shared_classifier; }
+
+static int runc_type(const unsigned char *types, int index, const Config *c) {
+    return types ? read_i32(types + 4 * (size_t)index) : c->weight_type;
+}
 
 static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
     w->offset = (w->offset + w->align - 1) / w->align * w->align;
@@ -3743,6 +3756,15 @@ static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
 
 static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int cols, int type) {
     return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
+}
+
+// Part p (0..6: wq .. w3) of our format, its layers back to back, each
+// layer in its own type.
+static const char *walk_part(TensorWalk *w, const Config *c, int p, int rows, int cols) {
+    uint64_t bytes = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        bytes += (uint64_t)rows * type_row_bytes(runc_type(w->types, 1 + p * c->n_layers + l, c), cols);
+    return walk_tensor(w, bytes);
 }
 
 // Where each tensor starts; the per-layer ones hold all layers back to back.
@@ -3771,46 +3793,52 @@ static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
     return w->offset;
 }
 
-// Our format: the norms first (always F32), then the matrices in weight_type.
+// Our format: the norms first (always F32), then the matrices in weight_type
+// (version 2: each in its type from the table).
 static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    int q_dim = c->n_heads * c->head_size;
     t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
-    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
-    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
-    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
-    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(runc_type(w->types, 0, c), c->dim));
+    t->wq = walk_part(w, c, 0, q_dim, c->dim);
+    t->wk = walk_part(w, c, 1, kv_dim(c), c->dim);
+    t->wv = walk_part(w, c, 2, kv_dim(c), c->dim);
+    t->wo = walk_part(w, c, 3, c->dim, q_dim);
+    t->w1 = walk_part(w, c, 4, c->hidden_dim, c->dim);
+    t->w2 = walk_part(w, c, 5, c->dim, c->hidden_dim);
+    t->w3 = walk_part(w, c, 6, c->hidden_dim, c->dim);
+    int wcls_type = runc_type(w->types, 1 + 7 * c->n_layers, c);
     t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
     return w->offset;
 }
 
-// Layer l's matrix inside a stacked tensor.
-static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
-    return (Matrix){.data = stack + (size_t)l * rows * type_row_bytes(type, cols), .type = type, .rows = rows, .cols = cols};
-}
-
-static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    w->token_embedding = (Matrix){.data = t->token_embedding, .type = wt, .rows = c->vocab_size, .cols = c->dim};
-    w->wcls = (Matrix){.data = t->wcls, .type = wt, .rows = c->vocab_size, .cols = c->dim};
+// Points the weights at the tensors; types: RUNC version 2's table or NULL.
+static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c, const unsigned char *types) {
+    int q_dim = c->n_heads * c->head_size, L = c->n_layers;
+    w->token_embedding = (Matrix){.data = t->token_embedding, .type = runc_type(types, 0, c), .rows = c->vocab_size,
+                                  .cols = c->dim};
+    w->wcls = c->shared_classifier ? w->token_embedding
+                                   : (Matrix){.data = t->wcls, .type = runc_type(types, 1 + 7 * L, c),
+                                              .rows = c->vocab_size, .cols = c->dim};
     w->rms_final = (const float *)t->rms_final;
-    for (int l = 0; l < c->n_layers; l++) {
+    const char *parts[7] = {t->wq, t->wk, t->wv, t->wo, t->w1, t->w2, t->w3};
+    int rows[7] = {q_dim, kv_dim(c), kv_dim(c), c->dim, c->hidden_dim, c->dim, c->hidden_dim};
+    int cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
+    for (int l = 0; l < L; l++) {
         LayerWeights *lw = &w->layers[l];
         lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
         lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
-        lw->wq = layer_matrix(t->wq, l, q_dim, c->dim, wt);
-        lw->wk = layer_matrix(t->wk, l, kv_dim(c), c->dim, wt);
-        lw->wv = layer_matrix(t->wv, l, kv_dim(c), c->dim, wt);
-        lw->wo = layer_matrix(t->wo, l, c->dim, q_dim, wt);
-        lw->w1 = layer_matrix(t->w1, l, c->hidden_dim, c->dim, wt);
-        lw->w2 = layer_matrix(t->w2, l, c->dim, c->hidden_dim, wt);
-        lw->w3 = layer_matrix(t->w3, l, c->hidden_dim, c->dim, wt);
+    }
+    for (int p = 0; p < 7; p++) { // each part's layers back to back, each in its own type
+        const char *at = parts[p];
+        for (int l = 0; l < L; l++) {
+            Matrix *m = model_matrix(w, L, 7 * l + p);
+            int type = runc_type(types, 1 + p * L + l, c);
+            *m = (Matrix){.data = at, .type = type, .rows = rows[p], .cols = cols[p]};
+            at += (size_t)rows[p] * type_row_bytes(type, cols[p]);
+        }
     }
 }
 
@@ -3841,9 +3869,9 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     if (size < RUNC_HEADER_SIZE)
         return fail("%s: %zu bytes is too small for a run.c header (%d bytes)", path, size, RUNC_HEADER_SIZE);
     int version = read_i32(h + 4);
-    if (version != RUNC_VERSION)
-        return fail("%s: run.c format version %d is not supported (this build reads version %d)", path,
-                    version, RUNC_VERSION);
+    if (version != RUNC_VERSION && version != RUNC_VERSION_TYPES)
+        return fail("%s: run.c format version %d is not supported (this build reads versions %d and %d)", path,
+                    version, RUNC_VERSION, RUNC_VERSION_TYPES);
     c->dim = read_i32(h + 8);
     c->hidden_dim = read_i32(h + 12);
     c->n_layers = read_i32(h + 16);
@@ -3863,6 +3891,18 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     if (!type_supported(c->weight_type))
         return fail("%s: weight type %d (%s) is not supported (%s)", path, c->weight_type,
                     type_name((uint32_t)c->weight_type), supported_type_names());
+    return 0;
+}
+
+// RUNC version 2's type table: present whole, every type one run.c reads.
+static int runc_check_types(const unsigned char *types, const Config *c, size_t size, const char *path) {
+    int n = runc_matrix_count(c);
+    if (size < RUNC_HEADER_SIZE + 4 * (size_t)n)
+        return fail("%s: file ends inside its table of %d matrix types", path, n);
+    for (int i = 0; i < n; i++)
+        if (!type_supported(runc_type(types, i, c)))
+            return fail("%s: matrix %d has weight type %d (%s), which is not supported (%s)", path, i,
+                        runc_type(types, i, c), type_name((uint32_t)runc_type(types, i, c)), supported_type_names());
     return 0;
 }
 
@@ -4377,10 +4417,13 @@ static int load_weights(Transformer *t, const char *path) {
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
     if (err != 0) return -1;
+    const unsigned char *types = runc && read_i32(h + 4) == RUNC_VERSION_TYPES ? h + RUNC_HEADER_SIZE : NULL;
+    if (types && runc_check_types(types, c, t->map_size, path) != 0) return -1;
 
     // Size everything first (nothing is read), then point into the map.
     uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
-    TensorWalk walk = {.base = NULL, .offset = header, .align = align};
+    if (types) header += 4 * (uint64_t)runc_matrix_count(c);
+    TensorWalk walk = {.base = NULL, .offset = header, .align = align, .types = types};
     TensorStarts starts;
     uint64_t expected = runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
     if (expected != t->map_size)
@@ -4388,10 +4431,10 @@ static int load_weights(Transformer *t, const char *path) {
                     (unsigned long long)expected, t->map_size < expected ? "truncated" : "extra bytes at the end");
     t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
     if (!t->weights.layers) return fail("%s: out of memory", path);
-    walk = (TensorWalk){.base = t->map, .offset = header, .align = align};
+    walk = (TensorWalk){.base = t->map, .offset = header, .align = align, .types = types};
     if (runc) walk_runc(&walk, &starts, c);
     else walk_v0(&walk, &starts, c);
-    point_weights(&t->weights, &starts, c);
+    point_weights(&t->weights, &starts, c, types);
     return 0;
 }
 
@@ -4452,8 +4495,9 @@ static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned
     return 0;
 }
 
-// The tensors of our format, in order (README), each aligned.
-static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
+// The tensors of our format, in order (README), each aligned; types[i]:
+// matrix i's type in runc_type's order.
+static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, float *row, unsigned char *out) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
     int err = write_padding(f); // each tensor is aligned; its layers follow back to back
@@ -4461,16 +4505,16 @@ static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *ro
     err = err || write_padding(f);
     for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
     err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
-    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], row, out);
     for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
         err = write_padding(f);
         for (int l = 0; l < c->n_layers && !err; l++) {
             const LayerWeights *lw = &w->layers[l];
             const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], type, row, out);
+            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], row, out);
         }
     }
-    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], row, out);
     return err ? -1 : 0;
 }
 
@@ -4479,14 +4523,59 @@ static void put_i32(unsigned char *p, int32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
 }
 
-// Writes t to out_path in our format with matrices of the given type. The
-// file appears only when complete (written beside it, then renamed).
-int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
+/* Q4_K_M, the mix llama-quantize writes by default for "Q4_K_M" (ftype 15;
+   no --pure, no importance matrix), from llama.cpp's llama_tensor_get_type
+   for a dense llama model:
+   - the classifier (output.weight, or token_embd.weight when the classifier
+     is shared): Q6_K;
+   - attn_v and ffn_down of layer i: Q6_K if use_more_bits(i, n_layers),
+     else Q4_K: the first and last eighth of the layers and every third
+     layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2: layer 1);
+   - everything else (attn_q, attn_k, attn_output, ffn_gate, ffn_up, and
+     token_embd when the classifier is separate): Q4_K;
+   - rows that are not whole super-blocks of 256 fall back: Q4_K -> Q5_0,
+     Q6_K -> Q8_0, and F16 when not whole blocks of 32 either.
+   Checked against the shared k256.mix_q4_k_m.gguf, block for block. */
+enum { DTYPE_Q4_K_M = TYPE_COUNT }; // a --dtype beyond the type ids: the mix
+
+static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The type of matrix index (runc_type's order) when quantizing to dtype.
+static int matrix_dtype(int dtype, const Config *c, int index) {
+    if (dtype != DTYPE_Q4_K_M) return dtype;
+    int L = c->n_layers, part = index >= 1 && index <= 7 * L ? (index - 1) / L : -1, layer = (index - 1) % L;
+    int q_dim = c->n_heads * c->head_size, cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
+    int row_len = part >= 0 ? cols[part] : c->dim;
+    int classifier = index == 1 + 7 * L || (index == 0 && c->shared_classifier);
+    int type = TYPE_Q4_K;
+    if (classifier || ((part == 2 || part == 5) && use_more_bits(layer, L))) type = TYPE_Q6_K; // attn_v, ffn_down
+    if (row_len % QK_K) type = row_len % QK ? TYPE_F16 : type == TYPE_Q6_K ? TYPE_Q8_0 : TYPE_Q5_0;
+    return type;
+}
+
+// Whether --dtype may name dtype: a type the table writes, or the mix.
+static int dtype_writable(int dtype) {
+    return dtype == DTYPE_Q4_K_M || (type_supported(dtype) && type_traits[dtype].quantize);
+}
+
+// Writes t to out_path in our format with matrices of the given type (or
+// mix). One type for all: version 1; a mix: version 2, with its table of
+// types. The file appears only when complete (written beside it, then
+// renamed).
+int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int dtype) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    int n_types = runc_matrix_count(c), *types = malloc((size_t)n_types * sizeof(int)), mixed = 0, widest = c->dim;
+    if (!types) return fail("out of memory");
+    for (int i = 0; i < n_types; i++) mixed |= (types[i] = matrix_dtype(dtype, c, i)) != types[0];
+    if (c->hidden_dim > widest) widest = c->hidden_dim;
+    size_t row_bytes = (size_t)widest * sizeof(float); // a short row of blocks can outgrow its floats
+    for (int i = 0; i < n_types; i++)
+        if (type_row_bytes(types[i], widest) > row_bytes) row_bytes = type_row_bytes(types[i], widest);
+    int base = dtype == DTYPE_Q4_K_M ? TYPE_Q4_K : dtype; // version 2: the mix's main type, for messages
     unsigned char header[RUNC_HEADER_SIZE] = {0};
-    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
-                        c->seq_len, c->head_size};
+    int32_t fields[] = {mixed ? RUNC_VERSION_TYPES : RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+                        c->n_kv_heads, c->vocab_size, c->seq_len, c->head_size};
     put_i32(header, (int32_t)RUNC_MAGIC);
     for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
     memcpy(header + 40, &c->rope_theta, 4);
@@ -4494,21 +4583,24 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     put_i32(header + 48, c->shared_classifier);
     put_i32(header + 52, c->bos_id);
     put_i32(header + 56, c->eos_id);
-    put_i32(header + 60, type);
+    put_i32(header + 60, mixed ? base : types[0]);
 
     size_t tmp_len = strlen(out_path) + 16;
     char *tmp = malloc(tmp_len);
-    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
     float *row = malloc((size_t)widest * sizeof(float));
-    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
-    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
-    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
+    unsigned char *out = malloc(row_bytes);
+    if (!tmp || !row || !out) { free(tmp); free(row); free(out); free(types); return fail("out of memory"); }
     snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
     int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
     if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
         err = fail("%s: write failed: %s", out_path, strerror(errno));
-    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
+    for (int i = 0; i < n_types && mixed && !err; i++) {
+        unsigned char entry[4];
+        put_i32(entry, types[i]);
+        if (fwrite(entry, 1, 4, f) != 4) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    }
+    if (!err && write_runc_tensors(f, t, types, row, out) != 0) {
         char why[sizeof error_message];
         snprintf(why, sizeof why, "%s", error_message);
         err = fail("%s: %s", out_path, why);
@@ -4516,7 +4608,7 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
     if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
     if (err && f) remove(tmp);
-    free(tmp); free(row); free(out);
+    free(tmp); free(row); free(out); free(types);
     return err;
 }
 
@@ -4801,7 +4893,8 @@ void usage(FILE *f) {
         "  -m <mode>   generate | chat | tokenize | logits | bench | quantize (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
         "  -o <file>   output file (logits and quantize modes)\n"
-        "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0\n"
+        "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m (llama-quantize's mix)\n"
+        "              | q2_k | q3_k | q5_k | q4_1 | q5_0 | q5_1 | iq4_nl | iq4_xs\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
         "  --kv <type>     KV cache: f32 (exact, default) or f16 (half the memory)\n"
         "  -h          this help\n");
@@ -4838,18 +4931,20 @@ static int parse_seed(const char *s, uint64_t *out) {
     return 0;
 }
 
-// A type the table can write, by its GGML name in lower case (q8_0).
+// A type the table can write, by its GGML name in lower case (q8_0), or
+// the mix q4_k_m.
 static int parse_dtype(const char *s, int *type) {
     char names[256] = "";
+    if (!strcmp(s, "q4_k_m")) { *type = DTYPE_Q4_K_M; return 0; }
     for (int t = 0; t < TYPE_COUNT; t++) {
-        if (!type_supported(t) || !type_traits[t].quantize) continue;
+        if (!dtype_writable(t)) continue;
         char name[16];
         snprintf(name, sizeof name, "%s", type_name((uint32_t)t));
         for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
         if (!strcmp(s, name)) { *type = t; return 0; }
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", name);
     }
-    return fail("--dtype: '%s' is not one of %s", s, names);
+    return fail("--dtype: '%s' is not one of %s, q4_k_m", s, names);
 }
 
 enum { ARGS_OK = 0, ARGS_HELP = 1 };
@@ -4906,7 +5001,7 @@ int parse_args(Options *o, int argc, char **argv) {
     if (!strcmp(o->mode, "logits") && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (!strcmp(o->mode, "quantize") && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype f32|f16|q8_0|q4_0");
+        return fail("-m quantize needs -o OUT_FILE and --dtype (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, ...)");
     return ARGS_OK;
 }
 

@@ -2040,17 +2040,48 @@ static void test_f16_conversions(void) {
 }
 
 // -m quantize against llama.cpp: the reference GGUF files were quantized by
-// llama-quantize from an mkmodel checkpoint named in their model.txt; our
-// quantization of that checkpoint must give the same bytes, tensor by tensor.
+// llama-quantize from an mkmodel checkpoint; our quantization of that
+// checkpoint (type, or the mix DTYPE_Q4_K_M) must give the same bytes,
+// tensor by tensor, each tensor in the same type. gguf_name: a file of
+// SHARED/models/gguf; args: mkmodel's arguments after the output file.
+static void quantize_like_llama_cpp(const char *gguf_name, const char *const *args, int dtype) {
+    char name[160], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE], label[64];
+    const char *dtype_name = dtype == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)dtype);
+    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", dtype_name, gguf_name);
+    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%s", shared, gguf_name);
+    format_text(label, sizeof label, "from-%s", gguf_name);
+    if (make_model(label, args, source) != 0) { report(name, 0, "mkmodel failed"); return; }
+    format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name);
+    Transformer src, ours, theirs;
+    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
+    int err = quantize_mode(&src, source, out, dtype);
+    transformer_close(&src);
+    if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
+    if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
+    int n = 0, differ = 0;
+    char first[128] = "";
+    for (int i = -1; i < 7 * ours.config.n_layers + 1 && ours.config.n_layers == theirs.config.n_layers; i++, n++) {
+        const Matrix *a = i < 0 ? &ours.weights.token_embedding : model_matrix(&ours.weights, ours.config.n_layers, i);
+        const Matrix *b = i < 0 ? &theirs.weights.token_embedding : model_matrix(&theirs.weights, theirs.config.n_layers, i);
+        size_t bytes = (size_t)a->rows * type_row_bytes(a->type, a->cols);
+        if ((a->type != b->type || a->rows != b->rows || a->cols != b->cols || memcmp(a->data, b->data, bytes) != 0) && !differ++)
+            format_text(first, sizeof first, "; first: matrix %d, ours %s, theirs %s", i, type_name((uint32_t)a->type),
+                        type_name((uint32_t)b->type));
+    }
+    report(name, n > 2 && differ == 0, "%d tensors compared, %d differ%s", n, differ, first);
+    transformer_close(&ours);
+    transformer_close(&theirs);
+    remove(out);
+}
+
+// The same for a case of reference/gguf: its model.txt says "FILE.gguf:
+// mkmodel g128.bin ARGS..., converted by ...".
 static void test_quantize_like_llama_cpp(const char *case_name, int type) {
-    char name[160], desc_path[PATH_SIZE], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE];
-    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", type_name((uint32_t)type), case_name);
+    char desc_path[PATH_SIZE], file[128], args_text[256] = "", *args[16];
     format_text(desc_path, sizeof desc_path, "%s/reference/gguf/%s/model.txt", shared, case_name);
     Bytes desc = {0};
-    if (load_file(desc_path, &desc) != 0) { report(name, 0, "cannot read %s", desc_path); return; }
-    // "FILE.gguf: mkmodel g128.bin ARGS..., converted by ...": the checkpoint is mkmodel ARGS
+    if (load_file(desc_path, &desc) != 0) { report(desc_path, 0, "cannot read it"); return; }
     const char *colon = memchr(desc.data, ':', desc.len), *mk = colon ? strstr(colon, "mkmodel ") : NULL;
-    char args_text[256] = "", *args[16];
     int n_args = 0;
     if (mk) {
         const char *end = strchr(mk, ',');
@@ -2058,39 +2089,24 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
         for (char *tok = strtok(args_text, " "); tok && n_args < 15; tok = strtok(NULL, " ")) args[n_args++] = tok;
     }
     args[n_args] = NULL;
-    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%.*s", shared, colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
+    format_text(file, sizeof file, "%.*s", colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
     bytes_free(&desc);
-    if (n_args < 3) { report(name, 0, "model.txt names no mkmodel command"); return; }
-    char label[64];
-    format_text(label, sizeof label, "from-%s", case_name);
-    if (make_model(label, (const char *const *)args + 2, source) != 0) { report(name, 0, "mkmodel failed"); return; }
-    format_text(out, sizeof out, "build/tmp/%s.%s.bin", case_name, type_name((uint32_t)type));
-    Transformer src, ours, theirs;
-    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
-    int err = quantize_mode(&src, source, out, type);
-    transformer_close(&src);
-    if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
-    if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
-    const Matrix *a[64], *b[64];
-    int n = 0;
-    a[n] = &ours.weights.token_embedding; b[n++] = &theirs.weights.token_embedding;
-    a[n] = &ours.weights.wcls; b[n++] = &theirs.weights.wcls;
-    for (int l = 0; l < ours.config.n_layers && l < theirs.config.n_layers && n + 7 <= 64; l++) {
-        LayerWeights *x = &ours.weights.layers[l], *y = &theirs.weights.layers[l];
-        const Matrix *mx[7] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->w1, &x->w2, &x->w3};
-        const Matrix *my[7] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w1, &y->w2, &y->w3};
-        for (int k = 0; k < 7; k++) { a[n] = mx[k]; b[n++] = my[k]; }
-    }
-    int differ = 0;
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)a[i]->rows * type_row_bytes(a[i]->type, a[i]->cols);
-        differ += a[i]->type != b[i]->type || a[i]->rows != b[i]->rows || a[i]->cols != b[i]->cols ||
-                  memcmp(a[i]->data, b[i]->data, bytes) != 0;
-    }
-    report(name, n > 2 && differ == 0 && ours.config.n_layers == theirs.config.n_layers, "%d tensors compared, %d differ", n, differ);
-    transformer_close(&ours);
-    transformer_close(&theirs);
-    remove(out);
+    if (n_args < 3) { report(desc_path, 0, "model.txt names no mkmodel command"); return; }
+    quantize_like_llama_cpp(file, (const char *const *)args + 2, type);
+}
+
+// The k256 files (SHARED/README.md): `mkmodel k256.bin 256 768 2 4 2 512 256
+// --seed 21` quantized by llama-quantize, --pure to one type, and the
+// default Q4_K_M mix.
+static void test_quantize_like_llama_cpp_k256(void) {
+    static const char *const k256[] = {"256", "768", "2", "4", "2", "512", "256", "--seed", "21", NULL};
+    static const struct { const char *file; int dtype; } files[] = {
+        {"k256.q4_k.gguf", TYPE_Q4_K}, {"k256.q6_k.gguf", TYPE_Q6_K}, {"k256.mix_q4_k_m.gguf", DTYPE_Q4_K_M},
+        {"k256.q2_k.gguf", TYPE_Q2_K}, {"k256.q3_k.gguf", TYPE_Q3_K}, {"k256.q5_k.gguf", TYPE_Q5_K},
+        {"k256.q4_1.gguf", TYPE_Q4_1}, {"k256.q5_0.gguf", TYPE_Q5_0}, {"k256.q5_1.gguf", TYPE_Q5_1},
+        {"k256.iq4_nl.gguf", TYPE_IQ4_NL}, {"k256.iq4_xs.gguf", TYPE_IQ4_XS},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) quantize_like_llama_cpp(files[i].file, k256, files[i].dtype);
 }
 
 // Quality of quantized weights (the target: Q8_0 keeps top-1 >= 99%): each
@@ -2102,11 +2118,13 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
 // measured 550/555 (99.1%) with the AVX-512 VNNI kernels, 549-552 with the
 // other builds' kernels, 551 with float activations (weight rounding alone),
 // worst error 2.3e-2 to 3.1e-2. Limits: Q8_0 top-1 >= 98.5% and error 5e-2;
-// Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46).
+// Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46); Q6_K >= 95% and 0.2
+// (measured 98.7%, 0.084); Q4_K and the Q4_K_M mix >= 85% and 0.8 (93.7%,
+// 0.25 and 96.9%, 0.18). README has every type's figures.
 static void test_quantized_quality(int type, double min_top1, double max_error) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], name[160], problem[512] = "";
     format_text(name, sizeof name, "%s quality against fp32 on the logits cases' ids: top-1 agreement >= %.1f%%, worst error <= %.0e",
-                type_name((uint32_t)type), 100 * min_top1, max_error);
+                type == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)type), 100 * min_top1, max_error);
     shared_path(dir, "reference/logits");
     NameList cases;
     if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) { report(name, 0, "no cases in %s", dir); return; }
@@ -2116,7 +2134,7 @@ static void test_quantized_quality(int type, double min_top1, double max_error) 
         char model[PATH_SIZE], out[PATH_SIZE], path[PATH_SIZE];
         format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
         format_text(path, sizeof path, "%s/model.txt", case_dir);
-        format_text(out, sizeof out, "build/tmp/quality.%s.bin", type_name((uint32_t)type));
+        format_text(out, sizeof out, "build/tmp/quality.%d.bin", type);
         Bytes description;
         if (load_file(path, &description) != 0) { err = set_problem(problem, sizeof problem, "cannot read %s", path); break; }
         err = resolve_model(description.data, model, problem, sizeof problem);
@@ -2178,8 +2196,12 @@ static void kernel_tests(void) {
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
+    test_quantize_like_llama_cpp_k256();
     test_quantized_quality(TYPE_Q8_0, 0.985, 5e-2);
     test_quantized_quality(TYPE_Q4_0, 0.85, 0.8);
+    test_quantized_quality(TYPE_Q6_K, 0.95, 0.2);
+    test_quantized_quality(TYPE_Q4_K, 0.85, 0.8);
+    test_quantized_quality(DTYPE_Q4_K_M, 0.85, 0.8);
 }
 
 /* ============================================================================
@@ -3076,7 +3098,7 @@ static void test_bad_v1(const CliFiles *f) {
            status_text(r.status, status, sizeof status));
     cli_free(&r);
     struct { const char *label; int offset; uint32_t value; } patches[] = {
-        {"version 2", 4, 2},
+        {"version 3", 4, 3},
         {"version 0 with the RUNC magic", 4, 0},
         {"head_size not dim / n_heads", 36, get_le32(data + 36) * 2},
         {"unknown weight_type 99", 60, 99},
@@ -3102,6 +3124,44 @@ static void test_bad_v1(const CliFiles *f) {
     expect_bad_checkpoint("bad v1 checkpoint: header only", "build/bad/v1-header-only.bin");
     free(longer);
     bytes_free(&v1);
+}
+
+// RUNC version 2 (a mix, with its table of matrix types): stories260K as
+// Q4_K_M (dim 64: Q5_0 and Q8_0, llama-quantize's fallbacks for Q4_K and
+// Q6_K; the last layer's attn_v is one of use_more_bits') loads with the
+// types the rules give, and damaged tables are refused.
+static void test_runc_v2(const CliFiles *f) {
+    const char *path = "build/bad/v2-good.bin";
+    Transformer src, t;
+    if (transformer_open(&src, f->stories) != 0 || quantize_mode(&src, f->stories, path, DTYPE_Q4_K_M) != 0) {
+        report("RUNC version 2: stories260K as Q4_K_M", 0, "%s", error_message);
+        return;
+    }
+    transformer_close(&src);
+    Bytes v2;
+    int bad = 0, n = 0;
+    if (load_file(path, &v2) != 0 || transformer_open(&t, path) != 0) {
+        report("RUNC version 2: stories260K as Q4_K_M", 0, "%s", error_message);
+        return;
+    }
+    unsigned char *data = (unsigned char *)v2.data;
+    for (int i = 0; i < runc_matrix_count(&t.config); i++, n++) {
+        int L = t.config.n_layers, part = (i - 1) / L, layer = (i - 1) % L; // the table's order: part by part
+        const Matrix *m = i == 0 ? &t.weights.token_embedding : i == 1 + 7 * L ? &t.weights.wcls
+                                 : model_matrix(&t.weights, L, 7 * layer + part);
+        bad += m->type != (int)get_le32(data + 256 + 4 * i) || m->type != matrix_dtype(DTYPE_Q4_K_M, &t.config, i);
+    }
+    int version = (int)get_le32(data + 4), last_v = (int)get_le32(data + 256 + 4 * (1 + 2 * t.config.n_layers + t.config.n_layers - 1));
+    report("RUNC version 2: stories260K as Q4_K_M loads, each matrix in the type of its table entry", version == 2 && bad == 0 &&
+           last_v == TYPE_Q8_0 && t.weights.layers[0].wq.type == TYPE_Q5_0, "version %d, %d matrices, %d off, last attn_v %s", version, n,
+           bad, type_name((uint32_t)last_v));
+    transformer_close(&t);
+    put_le32(data + 256 + 4 * 3, 16); // IQ2_XXS
+    save_file("build/bad/v2-iq2.bin", data, v2.len);
+    expect_bad_checkpoint("bad v2 checkpoint: a matrix of type IQ2_XXS in the table", "build/bad/v2-iq2.bin");
+    save_file("build/bad/v2-cut.bin", data, 256 + 8);
+    expect_bad_checkpoint("bad v2 checkpoint: cut inside the type table", "build/bad/v2-cut.bin");
+    bytes_free(&v2);
 }
 
 // Fills the paths the command-line tests share and writes their small
@@ -3147,6 +3207,7 @@ static void cli_tests(void) {
     test_bad_tokenizers(&f);
     test_bad_input_files(&f);
     test_bad_v1(&f);
+    test_runc_v2(&f);
 }
 
 /* ============================================================================
