@@ -2815,6 +2815,150 @@ static void quantize_iq4_xs(void *out, const float *x, int n) {
     }
 }
 
+/* The fast K-quant dot products (Q4_K and Q6_K, the types of the files
+   people use most): the same exact integer sums per sub-block as the plain
+   twins, with SIMD; they differ from them only in the order of the float
+   additions. AVX2: maddubs multiplies the unsigned quants by x's signed
+   bytes into int16 pairs (at most 63 * 127 * 2, no overflow), madd
+   multiplies those by the sub-block scales into int32. NEON: dot_bytes
+   (SDOT where the build has it). */
+
+// Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked.
+static void k4_scales_mins(const uint8_t *scales, int sc[8], int m[8]) {
+    for (int j = 0; j < 8; j++) k4_scale_min(scales, j, &sc[j], &m[j]);
+}
+
+// sum over the 8 sub-blocks of m_j * (x's sum over them), from Q8_K's group sums.
+static int k4_min_sum(const int m[8], const BlockQ8_K *a) {
+    int summ = 0;
+    for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    return summ;
+}
+
+#if HAVE_AVX2
+static float dot_q4_k(const void *row, const void *act, int n) {
+    const BlockQ4_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
+            __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        mins += f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum_m256(acc) - mins;
+}
+
+static float dot_q6_k(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { // halves of 128 values (q6_k_quant's layout)
+            const uint8_t *ql = w[i].ql + 64 * h;
+            const int8_t *x = a[i].qs + 128 * h, *sc = w[i].scales + 8 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)), q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
+            for (int k = 0; k < 4; k++) { // 32 values: sub-blocks 2k and 2k + 1 of the half
+                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
+                __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
+            }
+        }
+        // q is stored plus 32: less 32 * sum(sc * x) over the 16 sub-blocks
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+// The 16 products of signed bytes w and x, summed.
+static int32_t dot16(int8x16_t w, int8x16_t x) {
+#if HAVE_DOTPROD
+    return vaddvq_s32(vdotq_s32(vdupq_n_s32(0), w, x));
+#else
+    return vaddvq_s32(vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))), vmull_high_s8(w, x)));
+#endif
+}
+
+static float dot_q4_k(const void *row, const void *act, int n) {
+    const BlockQ4_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        int32_t sumi = 0;
+        for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
+            uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * j), q1 = vld1q_u8(w[i].qs + 32 * j + 16);
+            const int8_t *x = a[i].qs + 64 * j;
+            int32x4_t lo = dot_bytes(vreinterpretq_s8_u8(vandq_u8(q0, low4)), vreinterpretq_s8_u8(vandq_u8(q1, low4)),
+                                     vld1q_s8(x), vld1q_s8(x + 16));
+            int32x4_t hi = dot_bytes(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)),
+                                     vld1q_s8(x + 32), vld1q_s8(x + 48));
+            sumi += sc[2 * j] * vaddvq_s32(lo) + sc[2 * j + 1] * vaddvq_s32(hi);
+        }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi - f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum;
+}
+
+static float dot_q6_k(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), low2 = vdupq_n_u8(0x03);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t sumi = 0;
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 2; v++) { // 16 bytes of each quarter of the half (q6_k_quant's layout)
+                const uint8_t *ql = w[i].ql + 64 * h + 16 * v;
+                uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 32), hb = vld1q_u8(w[i].qh + 32 * h + 16 * v);
+                uint8x16_t q[4] = {
+                    vorrq_u8(vandq_u8(l0, low4), vshlq_n_u8(vandq_u8(hb, low2), 4)),
+                    vorrq_u8(vandq_u8(l1, low4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 2), low2), 4)),
+                    vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 4), low2), 4)),
+                    vorrq_u8(vshrq_n_u8(l1, 4), vshlq_n_u8(vshrq_n_u8(hb, 6), 4)),
+                };
+                for (int k = 0; k < 4; k++) { // values 32k + 16v.. of the half: sub-block 8h + 2k + v
+                    int8x16_t qs = vsubq_s8(vreinterpretq_s8_u8(q[k]), vdupq_n_s8(32));
+                    sumi += w[i].scales[8 * h + 2 * k + v] * dot16(qs, vld1q_s8(a[i].qs + 128 * h + 32 * k + 16 * v));
+                }
+            }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi;
+    }
+    return sum;
+}
+
+#else
+static float dot_q4_k(const void *row, const void *act, int n) { return dot_q4_k_plain(row, act, n); }
+static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k_plain(row, act, n); }
+#endif
+
 // The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
@@ -2846,13 +2990,13 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q3_k_plain},
     [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
-                   .dot = dot_q4_k_plain},
+                   .dot = dot_q4_k},
     [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
                    .dot = dot_q5_k_plain},
     [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
-                   .dot = dot_q6_k_plain},
+                   .dot = dot_q6_k},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
                      .dot = dot_iq4_nl_plain},

@@ -1955,6 +1955,59 @@ static void test_dot_extremes(void) {
     }
 }
 
+// The fp16 scale fields of a block of the types below set to 1.0 (their
+// other bytes stay as given), so that every value is an integer.
+static void unit_scales(void *block, int type) {
+    uint16_t one = 0x3C00;
+    switch (type) {
+    case TYPE_Q4_1: ((BlockQ4_1 *)block)->d = ((BlockQ4_1 *)block)->m = one; break;
+    case TYPE_Q5_0: ((BlockQ5_0 *)block)->d = one; break;
+    case TYPE_Q5_1: ((BlockQ5_1 *)block)->d = ((BlockQ5_1 *)block)->m = one; break;
+    case TYPE_Q2_K: ((BlockQ2_K *)block)->d = ((BlockQ2_K *)block)->dmin = one; break;
+    case TYPE_Q3_K: ((BlockQ3_K *)block)->d = one; break;
+    case TYPE_Q4_K: ((BlockQ4_K *)block)->d = ((BlockQ4_K *)block)->dmin = one; break;
+    case TYPE_Q5_K: ((BlockQ5_K *)block)->d = ((BlockQ5_K *)block)->dmin = one; break;
+    case TYPE_Q6_K: ((BlockQ6_K *)block)->d = one; break;
+    case TYPE_IQ4_NL: ((BlockIQ4_NL *)block)->d = one; break;
+    case TYPE_IQ4_XS: ((BlockIQ4_XS *)block)->d = one; break;
+    }
+}
+
+// The other types at their integer extremes: every quant, scale and min
+// byte all ones, all zeros or random, x at +-127, unit fp16 scales. The
+// dequantized row times x is then an exact integer; dot and dot_plain
+// must give it within float rounding of their (large) integer sums.
+static void test_dot_extremes_all(void) {
+    enum { N = 2 * 256, TRIALS = 24 };
+    static const int types[] = {TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K,
+                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS};
+    uint64_t rng = 17;
+    for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
+        const TypeTraits *tt = &type_traits[types[ty]], *at = &type_traits[tt->act_type];
+        unsigned char row[N / 32 * 64], act[N / 32 * 64];
+        float w[N], x[N];
+        int bad = 0;
+        char where[160] = "";
+        for (int trial = 0; trial < TRIALS; trial++) {
+            size_t row_bytes = (size_t)(N / tt->block_size) * tt->block_bytes;
+            for (size_t i = 0; i < row_bytes; i++) row[i] = trial == 0 ? 0xFF : trial == 1 ? 0 : (unsigned char)next_random(&rng);
+            for (int b = 0; b < N / tt->block_size; b++) unit_scales(row + (size_t)b * tt->block_bytes, types[ty]);
+            for (int k = 0; k < N; k++) x[k] = trial % 3 == 2 ? (next_random(&rng) & 1 ? 127.0f : -127.0f) : trial % 3 ? -127.0f : 127.0f;
+            at->quantize(act, x, N); // exact: amax 127 makes the step 1
+            tt->dequantize(w, row, N);
+            double expect = 0.0, size = 0.0;
+            for (int k = 0; k < N; k++) { expect += (double)w[k] * x[k]; size += fabs((double)w[k] * x[k]); }
+            double fast = tt->dot(row, act, N), plain = tt->dot_plain(row, act, N), limit = 1e-6 * size + 1e-3;
+            if ((fabs(fast - expect) > limit || fabs(plain - expect) > limit) && !bad++)
+                format_text(where, sizeof where, "; first: trial %d, %.9g (plain %.9g) instead of %.9g", trial, fast, plain, expect);
+        }
+        char name[128];
+        format_text(name, sizeof name, "kernels: %s dot and dot_plain exact (to float rounding) at the integer extremes",
+                    type_name((uint32_t)types[ty]));
+        report(name, bad == 0, "%d rows of %d values, %d off%s", TRIALS, N, bad, where);
+    }
+}
+
 // Logits of ids fed one by one, and in batches split at odd places.
 static void test_batched_prefill(const char *path, const char *label) {
     Transformer one, batch;
@@ -2176,6 +2229,7 @@ static void kernel_tests(void) {
     test_row_kernels();
     test_bf16_rows();
     test_dot_extremes();
+    test_dot_extremes_all();
     test_small_twins();
     test_dispatch_not_finite();
     test_exp_row();
@@ -2192,6 +2246,8 @@ static void kernel_tests(void) {
     test_batched_prefill(path, "g128 Q8_0 GGUF");
     shared_path(path, "models/gguf/g128.q4_0.gguf");
     test_batched_prefill(path, "g128 Q4_0 GGUF");
+    shared_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
+    test_batched_prefill(path, "k256 Q4_K_M GGUF");
     test_kv_f16();
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
