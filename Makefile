@@ -59,7 +59,8 @@ build/models/%.bin: | build/mkmodel
 	mkdir -p build/models
 	build/mkmodel $@ $*
 
-BENCH_FILES = $(foreach m,$(BENCH_MODELS),build/models/$(m).bin build/models/$(m).q8_0.bin build/models/$(m).q4_0.bin)
+BENCH_FILES = $(foreach m,$(BENCH_MODELS),build/models/$(m).bin build/models/$(m).q8_0.bin build/models/$(m).q4_0.bin \
+	build/models/$(m).q4_k_m.bin build/models/$(m).q6_k.bin)
 
 build/models/%.q8_0.bin: build/models/%.bin run
 	./run $< -m quantize -o $@ --dtype q8_0
@@ -67,12 +68,20 @@ build/models/%.q8_0.bin: build/models/%.bin run
 build/models/%.q4_0.bin: build/models/%.bin run
 	./run $< -m quantize -o $@ --dtype q4_0
 
+# llama-quantize's Q4_K_M mix (RUNC version 2) and Q6_K, by our quantize mode
+build/models/%.q4_k_m.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q4_k_m
+
+build/models/%.q6_k.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q6_k
+
 bench: run $(BENCH_FILES)
 	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
-# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2 and 0.6 GB quantized).
-BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin
+# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2, 0.6, 0.7 and 0.9 GB quantized).
+BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin \
+	build/models/tl1b.q4_k_m.bin build/models/tl1b.q6_k.bin
 bench-large: run $(BENCH_LARGE_FILES)
 	@for f in $(BENCH_LARGE_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done

@@ -2959,6 +2959,89 @@ static float dot_q4_k(const void *row, const void *act, int n) { return dot_q4_k
 static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k_plain(row, act, n); }
 #endif
 
+/* Q5_0 and IQ4_NL (blocks of 32 against Q8_0 x, the fallbacks of Q4_K_M
+   for rows that are not whole super-blocks, such as dim 288 or 576): each
+   block's 32 values decoded to signed bytes, then dot_bytes, as dot_x32
+   does for Q4_0. */
+
+#if HAVE_AVX2
+// Q5_0's 32 values minus 16 as bytes: the nibbles, and bit j of qh as 16
+// in byte j (each byte picks its qh byte, then tests its own bit).
+static __m256i q5_0_bytes(const BlockQ5_0 *b) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+    __m256i qh = _mm256_shuffle_epi8(_mm256_set1_epi32((int)read_qh32(b->qh)),
+                                     _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(_mm256_or_si256(q, high), _mm256_set1_epi8(16));
+}
+
+// IQ4_NL's 32 values as bytes: each nibble looks up its level.
+static __m256i iq4_nl_bytes(const BlockIQ4_NL *b) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+    __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
+    return _mm256_shuffle_epi8(levels, q);
+}
+
+static float dot_q5_0(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(q5_0_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+    }
+    return sum_m256(acc);
+}
+
+static float dot_iq4_nl(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(iq4_nl_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+static float dot_q5_0(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *x = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int q[32];
+        int8_t bytes[32];
+        q5_values(q, w[i].qs, w[i].qh);
+        for (int k = 0; k < 32; k++) bytes[k] = (int8_t)(q[k] - 16);
+        int32x4_t sums = dot_bytes(vld1q_s8(bytes), vld1q_s8(bytes + 16), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums);
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *x = act;
+    const int8x16_t levels = vld1q_s8(iq4nl_values);
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        uint8x16_t packed = vld1q_u8(w[i].qs);
+        int8x16_t lo = vqtbl1q_s8(levels, vandq_u8(packed, vdupq_n_u8(0x0F))), hi = vqtbl1q_s8(levels, vshrq_n_u8(packed, 4));
+        int32x4_t sums = dot_bytes(lo, hi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums);
+    }
+    return sum;
+}
+
+#else
+static float dot_q5_0(const void *row, const void *act, int n) { return dot_q5_0_plain(row, act, n); }
+static float dot_iq4_nl(const void *row, const void *act, int n) { return dot_iq4_nl_plain(row, act, n); }
+#endif
+
 // The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
@@ -2978,7 +3061,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q4_1_plain},
     [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
-                   .dot = dot_q5_0_plain},
+                   .dot = dot_q5_0},
     [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
                    .dot = dot_q5_1_plain},
@@ -2999,7 +3082,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q6_k},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
-                     .dot = dot_iq4_nl_plain},
+                     .dot = dot_iq4_nl},
     [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
                      .dot = dot_iq4_xs_plain},
