@@ -5045,11 +5045,11 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     cli_free(&again);
 }
 
-// export.py --dtype f16|q8_0|q4_0 rounds exactly as ./run -m quantize does
+// export.py --dtype f16|q8_0|q4_0|q5_0|q4_k|q6_k|q4_k_m rounds exactly as ./run -m quantize does
 // (which the kernel tests hold to llama-quantize's bytes): the files match.
 static void test_export_dtypes(const char *label, const char *v0_path) {
-    static const char *const dtypes[] = {"f16", "q8_0", "q4_0"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const dtypes[] = {"f16", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         char name[160], py_out[PATH_SIZE], c_out[PATH_SIZE], status[64], err[256];
         format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtypes[i], label);
         format_text(py_out, sizeof py_out, "build/export/%s-export.%s.bin", label, dtypes[i]);
@@ -5101,6 +5101,11 @@ static void export_tests(void) {
     test_llama2c_export("stories260K", stories, "build/export/stories260K-llama2c.bin");
     test_export_dtypes("stories260K", stories);
     test_export_dtypes("gqa-untied", gqa);
+    // rows of whole super-blocks: Q4_K_M's own types (Q6_K for the classifier and layer 1's attn_v, ffn_down)
+    static const char *const k256_args[] = {"256", "768", "2", "4", "2", "512", "256", "--seed", "21", NULL};
+    char k256[PATH_SIZE];
+    if (make_model("export-k256", k256_args, k256) == 0) test_export_dtypes("k256", k256);
+    else report("export.py: k256 model", 0, "mkmodel failed");
     test_llama2c_export("gqa-untied", gqa, "build/export/gqa-untied-llama2c.bin");
     // README specifies the format completely: export.py writes what the tests' own writer writes.
     convert_to_v1(stories, "build/export/stories260K-ours.v1.bin", 10000.0f, 1e-5f);
