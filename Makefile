@@ -3,7 +3,12 @@ CC ?= cc
 SHARED ?= ../shared
 OPENMP ?= 1
 ARCH ?= -march=native
+# -ffp-contract=off in every build: the K-quant writers (-m quantize) equal
+# llama-quantize byte for byte only if a * b + c is rounded twice, as ggml's
+# reference C does; a fused multiply-add rounds once and moves some scales.
+NOFMA = -ffp-contract=off
 CFLAGS ?= -O3 $(ARCH) -std=c11 -Wall -Wextra -Wshadow
+CFLAGS += $(NOFMA)
 ifeq ($(OPENMP),1)
 CFLAGS += -fopenmp
 else
@@ -64,7 +69,8 @@ build/models/%.bin: | build/mkmodel
 	mkdir -p build/models
 	build/mkmodel $@ $*
 
-BENCH_FILES = $(foreach m,$(BENCH_MODELS),build/models/$(m).bin build/models/$(m).q8_0.bin build/models/$(m).q4_0.bin)
+BENCH_FILES = $(foreach m,$(BENCH_MODELS),build/models/$(m).bin build/models/$(m).q8_0.bin build/models/$(m).q4_0.bin \
+	build/models/$(m).q4_k_m.bin build/models/$(m).q6_k.bin)
 
 build/models/%.q8_0.bin: build/models/%.bin run
 	./run $< -m quantize -o $@ --dtype q8_0
@@ -72,12 +78,20 @@ build/models/%.q8_0.bin: build/models/%.bin run
 build/models/%.q4_0.bin: build/models/%.bin run
 	./run $< -m quantize -o $@ --dtype q4_0
 
+# llama-quantize's Q4_K_M mix (RUNC version 2) and Q6_K, by our quantize mode
+build/models/%.q4_k_m.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q4_k_m
+
+build/models/%.q6_k.bin: build/models/%.bin run
+	./run $< -m quantize -o $@ --dtype q6_k
+
 bench: run $(BENCH_FILES)
 	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
-# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2 and 0.6 GB quantized).
-BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin
+# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2, 0.6, 0.7 and 0.9 GB quantized).
+BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin \
+	build/models/tl1b.q4_k_m.bin build/models/tl1b.q6_k.bin
 bench-large: run $(BENCH_LARGE_FILES)
 	@for f in $(BENCH_LARGE_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
@@ -94,9 +108,9 @@ clean:
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS = checkpoint gguf tokenizer_file encode args sampler quantize output
-FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(NOFMA) \
 	-std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function -DFUZZ_SHARED_DIR='"$(abspath $(SHARED))"'
-ASAN_CFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -std=c11 -Wall -Wextra
+ASAN_CFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -std=c11 -Wall -Wextra $(NOFMA)
 ifeq ($(OPENMP),1)
 ASAN_CFLAGS += -fopenmp
 endif
@@ -161,7 +175,7 @@ STORIES = $(SHARED)/models/stories260K
 
 build/valgrind/run: run.c
 	@mkdir -p build/valgrind
-	$(CC) -O2 -g $(VALGRIND_ARCH) -std=c11 -Wall -Wextra -Wno-unknown-pragmas -o $@ run.c $(LDLIBS)
+	$(CC) -O2 -g $(VALGRIND_ARCH) $(NOFMA) -std=c11 -Wall -Wextra -Wno-unknown-pragmas -o $@ run.c $(LDLIBS)
 
 .PHONY: valgrind
 valgrind: build/valgrind/run
@@ -175,7 +189,7 @@ valgrind: build/valgrind/run
 # make test-v3 builds run and test_all for -march=x86-64-v3 (AVX2, FMA, F16C;
 # no AVX-512) into build/v3/ and runs the whole suite there, so every AVX2
 # kernel is checked against its plain twin even where `make` picks AVX-512.
-V3_CFLAGS = -O3 -march=x86-64-v3 -std=c11 -Wall -Wextra -Wshadow
+V3_CFLAGS = -O3 -march=x86-64-v3 -std=c11 -Wall -Wextra -Wshadow $(NOFMA)
 ifeq ($(OPENMP),1)
 V3_CFLAGS += -fopenmp
 endif
@@ -201,7 +215,7 @@ ARM_CC ?= aarch64-linux-gnu-gcc
 ARM_TARGETS = v8a dotprod
 ARM_MARCH_v8a = -march=armv8-a
 ARM_MARCH_dotprod = -march=armv8.2-a+dotprod
-ARM_CFLAGS = -O3 -std=c11 -Wall -Wextra -Wshadow -static
+ARM_CFLAGS = -O3 -std=c11 -Wall -Wextra -Wshadow -static $(NOFMA)
 ifeq ($(OPENMP),1)
 ARM_CFLAGS += -fopenmp
 endif

@@ -14,9 +14,11 @@ Checkpoints, written in run.c's checkpoint format version 1 (README.md):
   --meta DIR     Meta's params.json and consolidated.*.pth (needs torch).
   --llama2c FILE a llama2.c checkpoint, version 0, 1 or 2 (Q8_0, dequantized).
   --seq-len N    cap the context length stored in the header.
-  --dtype T      weight type of the matrices: f32 (default), f16, q8_0 or q4_0
-                 (GGUF-compatible blocks of 32, rounded as run.c and llama.cpp
-                 round; norms stay f32).
+  --dtype T      weight type of the matrices: f32 (default), f16, q8_0, q4_0,
+                 q5_0, q4_k, q6_k, or q4_k_m (llama-quantize's mix of Q4_K and
+                 Q6_K, written as run.c format version 2): GGUF's blocks,
+                 rounded as run.c and llama-quantize round, byte for byte as
+                 ./run -m quantize writes them; norms stay f32.
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
@@ -59,12 +61,13 @@ except ImportError:  # a python3 without numpy: one line, not a traceback
 
 RUNC_MAGIC = 0x434E5552  # the bytes "RUNC"
 RUNC_VERSION = 1
+RUNC_VERSION_TYPES = 2  # a mix: a table of each matrix's type follows the header
 RUNC_HEADER_SIZE = 256
 RUNC_ALIGN = 64
 LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
 # Output weight types: --dtype name -> GGML type id in the header. q8_0 (8) and
-WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
+WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q5_0": 6, "q4_k": 12, "q6_k": 14, "q4_k_m": None}
 QK = 32  # values per Q8_0 / Q4_0 block
 
 # The largest sizes run.c accepts (run.c's MAX_* limits).
@@ -125,8 +128,8 @@ def check_config(c, where):
             raise ExportError(f"{where}: {name} id {v} is outside the vocabulary of {c.vocab_size}")
 
 
-def runc_header(c, weight_type):
-    fields = struct.pack("<IiiiiiiiiiffiiiI", RUNC_MAGIC, RUNC_VERSION, c.dim, c.hidden_dim,
+def runc_header(c, weight_type, version=RUNC_VERSION):
+    fields = struct.pack("<IiiiiiiiiiffiiiI", RUNC_MAGIC, version, c.dim, c.hidden_dim,
                          c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
                          c.head_size, c.rope_theta, c.norm_eps, int(c.shared_classifier),
                          c.bos_id, c.eos_id, weight_type)
@@ -196,15 +199,40 @@ def encode_tensor(array, kind, dtype):
         return np.ascontiguousarray(array, dtype="<f4").ravel().data
     if dtype == "f16":
         return np.ascontiguousarray(array, dtype="<f2").ravel().data
-    return quantize_blocks(np.asarray(array, dtype=np.float32), dtype)
+    x = np.asarray(array, dtype=np.float32)
+    if dtype in ("q4_k", "q6_k", "q5_0"):  # rows padded with zeros to whole blocks, as run.c pads
+        block = QK if dtype == "q5_0" else QK_K
+        padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block), dtype=np.float32)
+        padded[:, :x.shape[1]] = x
+        return {"q4_k": quantize_q4_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0}[dtype](padded)
+    return quantize_blocks(x, dtype)
+
+
+def matrix_types(c, dtype):
+    """Each matrix's type in file order (RUNC version 2's table order)."""
+    types = []
+    for kind, per_layer, shape in runc_tensors(c):
+        if not kind.startswith("rms_"):
+            for layer in range(c.n_layers) if per_layer else [0]:
+                types.append(q4_k_m_type(c, kind, layer, shape[1]) if dtype == "q4_k_m" else dtype)
+    return types
 
 
 def write_runc(out_path, source, dtype, inputs):
-    """Writes source (a model reader, see HFModel) as a run.c checkpoint."""
+    """Writes source (a model reader, see HFModel) as a run.c checkpoint:
+    version 1 when every matrix has one type, version 2 (with its table of
+    types) for a mix."""
     c = source.config
     check_config(c, source.path)
+    types = matrix_types(c, dtype)
+    mixed = len(set(types)) > 1
     with atomic_output(out_path, inputs) as f:
-        f.write(runc_header(c, WEIGHT_TYPES[dtype]))
+        if mixed:
+            f.write(runc_header(c, WEIGHT_TYPES["q4_k"], RUNC_VERSION_TYPES))
+            f.write(struct.pack(f"<{len(types)}i", *(WEIGHT_TYPES[t] for t in types)))
+        else:
+            f.write(runc_header(c, WEIGHT_TYPES[types[0]]))
+        order = iter(types)
         for kind, per_layer, shape in runc_tensors(c):
             f.write(bytes(-f.tell() % RUNC_ALIGN))
             for layer in range(c.n_layers) if per_layer else [None]:
@@ -214,8 +242,228 @@ def write_runc(out_path, source, dtype, inputs):
                     raise ExportError(f"{where} has shape {tuple(array.shape)}, expected {shape}")
                 if not np.isfinite(array).all():
                     raise ExportError(f"{where} holds NaN or infinite values")
-                f.write(encode_tensor(array, kind, dtype))
+                f.write(encode_tensor(array, kind, "f32" if kind.startswith("rms_") else next(order)))
                 del array
+
+
+# ---------------------------------------------------------------------------
+# K-quants (Q4_K, Q6_K) and the Q4_K_M mix, rounded exactly as run.c's
+# quantize_q4_k / quantize_q6_k (and llama-quantize without an importance
+# matrix). Every float operation is a float32 one in C's order: sums run
+# over the values one at a time (vectorized across sub-blocks only), and
+# a * b + c is rounded twice, as C without FP contraction does.
+
+F32 = np.float32
+QK_K = 256
+GROUP_MAX_EPS = F32(1e-15)
+
+
+def nearest_int(v):
+    """ggml's nearest_int: adding 1.5 * 2^23 rounds half to even into the low bits."""
+    shifted = (np.asarray(v, dtype=F32) + F32(12582912.0)).astype(F32)
+    return (shifted.view(np.int32) & 0x7FFFFF) - 0x400000
+
+
+def f16_round(v):
+    """A float32 rounded to fp16 and back, as the stored scales are read."""
+    return np.asarray(v, dtype=F32).astype(np.float16).astype(F32)
+
+
+def first_largest(x):
+    """(the value of largest magnitude, first one on ties; its magnitude), per row."""
+    i = np.abs(x).argmax(axis=1)
+    v = x[np.arange(len(x)), i]
+    return v, np.abs(v)
+
+
+def fit_scale_min(x, w, nmax, rmin, rdelta, nstep):
+    """run.c's fit_scale_min (least squares, no MAD) for rows of x: (scale, min, L)."""
+    n = x.shape[1]
+    mn, mx, sum_w = x[:, 0].copy(), x[:, 0].copy(), w[:, 0].copy()
+    sum_x = (sum_w * x[:, 0]).astype(F32)
+    for i in range(1, n):
+        mn = np.where(x[:, i] < mn, x[:, i], mn)
+        mx = np.where(x[:, i] > mx, x[:, i], mx)
+        sum_w = sum_w + w[:, i]
+        sum_x = sum_x + w[:, i] * x[:, i]
+    mn = np.where(mn > 0, F32(0), mn).astype(F32)
+    flat, mn0 = mx == mn, mn.copy()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rng = (mx - mn).astype(F32)
+        iscale = (F32(nmax) / rng).astype(F32)
+        scale = (F32(1) / iscale).astype(F32)
+        L = np.clip(nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
+        best = np.zeros(len(x), dtype=F32)
+        for i in range(n):
+            diff = scale * L[:, i].astype(F32) + mn - x[:, i]
+            best = best + w[:, i] * (diff * diff)
+        for step in range(nstep + 1):
+            # min (and so the range) is the best fit's so far, as in C
+            iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - mn)).astype(F32)
+            trial = np.clip(nearest_int(iscale[:, None] * (x - mn[:, None])), 0, nmax)
+            sum_l = np.zeros(len(x), dtype=F32)
+            sum_l2, sum_xl = sum_l.copy(), sum_l.copy()
+            for i in range(n):
+                wl = w[:, i] * trial[:, i].astype(F32)
+                sum_l = sum_l + wl
+                sum_l2 = sum_l2 + wl * trial[:, i].astype(F32)
+                sum_xl = sum_xl + wl * x[:, i]
+            det = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+            refit = this_min > 0
+            this_scale = np.where(refit, sum_xl / sum_l2, this_scale).astype(F32)
+            this_min = np.where(refit, F32(0), this_min).astype(F32)
+            err = np.zeros(len(x), dtype=F32)
+            for i in range(n):
+                diff = this_scale * trial[:, i].astype(F32) + this_min - x[:, i]
+                err = err + w[:, i] * (diff * diff)
+            take = (det > 0) & (err < best)
+            L = np.where(take[:, None], trial, L)
+            best = np.where(take, err, best)
+            scale = np.where(take, this_scale, scale)
+            mn = np.where(take, this_min, mn)
+    scale = np.where(flat, F32(0), scale).astype(F32)
+    L = np.where(flat[:, None], 0, L)
+    return scale, (-np.where(flat, mn0, mn)).astype(F32), L
+
+
+def k4_scale_min(scales, j):
+    """Q4_K's 6-bit scale and min of sub-block j from the 12 packed bytes (columns)."""
+    if j < 4:
+        return scales[:, j] & 63, scales[:, j + 4] & 63
+    return ((scales[:, j + 4] & 0xF) | (scales[:, j - 4] >> 6) << 4,
+            (scales[:, j + 4] >> 4) | (scales[:, j] >> 6) << 4)
+
+
+def quantize_q4_k(x):
+    """Rows of whole super-blocks -> Q4_K blocks (bytes), as run.c's quantize_q4_k."""
+    nb = x.shape[0] * x.shape[1] // QK_K
+    sub = x.reshape(nb * 8, 32)
+    sum_x2 = np.zeros(len(sub), dtype=F32)
+    for i in range(32):
+        sum_x2 = sum_x2 + sub[:, i] * sub[:, i]
+    av_x = np.sqrt(sum_x2 / F32(32)).astype(F32)
+    w = (av_x[:, None] + np.abs(sub)).astype(F32)
+    scales, mins, L = fit_scale_min(sub, w, 15, -1.0, 0.1, 20)
+    scales, mins, L = scales.reshape(nb, 8), mins.reshape(nb, 8), L.reshape(nb, 8, 32)
+    max_scale = np.maximum(scales.max(axis=1), F32(0))
+    max_min = np.maximum(mins.max(axis=1), F32(0))
+    with np.errstate(divide="ignore"):
+        inv_scale = np.where(max_scale > 0, F32(63) / max_scale, F32(0)).astype(F32)
+        inv_min = np.where(max_min > 0, F32(63) / max_min, F32(0)).astype(F32)
+    ls = np.minimum(nearest_int(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
+    lm = np.minimum(nearest_int(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
+    packed = np.zeros((nb, 12), dtype=np.uint8)
+    packed[:, 0:4], packed[:, 4:8] = ls[:, 0:4], lm[:, 0:4]
+    packed[:, 8:12] = (ls[:, 4:8] & 0xF) | (lm[:, 4:8] & 0xF) << 4
+    packed[:, 0:4] |= (ls[:, 4:8] >> 4) << 6
+    packed[:, 4:8] |= (lm[:, 4:8] >> 4) << 6
+    d = (max_scale / F32(63)).astype(np.float16)
+    dmin = (max_min / F32(63)).astype(np.float16)
+    xb = x.reshape(nb, 8, 32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j in range(8):
+            sc, m = k4_scale_min(packed, j)
+            dj = (d.astype(F32) * sc.astype(F32)).astype(F32)
+            dm = (dmin.astype(F32) * m.astype(F32)).astype(F32)
+            new = np.clip(nearest_int((xb[:, j] + dm[:, None]) / dj[:, None]), 0, 15)
+            L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
+    L = L.reshape(nb, 4, 2, 32)
+    blocks = np.empty(nb, dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)])
+    blocks["d"], blocks["dmin"], blocks["scales"] = d, dmin, packed
+    blocks["qs"] = (L[:, :, 0] | L[:, :, 1] << 4).reshape(nb, 128).astype(np.uint8)
+    return blocks.tobytes()
+
+
+def fit_scale(x, nmax):
+    """run.c's fit_scale (ggml's make_qx_quants, squared error) for rows of x: (scale, L in 0..2 nmax - 1)."""
+    n = x.shape[1]
+    mx, amax = first_largest(x)
+    zero = amax < GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        def levels(iscale):
+            l = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
+            sum_lx = np.zeros(len(x), dtype=F32)
+            sum_l2 = sum_lx.copy()
+            for i in range(n):
+                wt = x[:, i] * x[:, i]
+                lf = l[:, i].astype(F32)
+                sum_lx = sum_lx + wt * x[:, i] * lf
+                sum_l2 = sum_l2 + wt * lf * lf
+            return l, sum_lx, sum_l2
+        L, sum_lx, sum_l2 = levels((F32(-nmax) / mx).astype(F32))
+        scale = np.where(sum_l2 != 0, sum_lx / sum_l2, F32(0)).astype(F32)
+        best = (scale * sum_lx).astype(F32)
+        for step in range(-9, 10):
+            if step == 0:
+                continue
+            l, sum_lx, sum_l2 = levels((-(F32(nmax) + F32(0.1) * F32(step)) / mx).astype(F32))
+            take = (sum_l2 > 0) & (sum_lx * sum_lx > best * sum_l2)
+            L = np.where(take[:, None], l, L)
+            scale = np.where(take, sum_lx / sum_l2, scale).astype(F32)
+            best = np.where(take, scale * sum_lx, best).astype(F32)
+    L = np.where(zero[:, None], 0, L + nmax)
+    return np.where(zero, F32(0), scale).astype(F32), L
+
+
+def quantize_q6_k(x):
+    """Rows of whole super-blocks -> Q6_K blocks (bytes), as run.c's quantize_q6_k."""
+    nb = x.shape[0] * x.shape[1] // QK_K
+    scales, L = fit_scale(x.reshape(nb * 16, 16), 32)
+    scales, L = scales.reshape(nb, 16), L.reshape(nb, 16, 16)
+    max_scale, max_abs = first_largest(scales)
+    zero = max_abs < GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = (F32(-128) / max_scale).astype(F32)
+        d = (F32(1) / iscale).astype(np.float16)
+        sc = np.minimum(nearest_int(iscale[:, None] * scales), 127).astype(np.int8)
+        xb = x.reshape(nb, 16, 16)
+        for j in range(16):
+            dj = (d.astype(F32) * sc[:, j].astype(F32)).astype(F32)
+            new = np.clip(nearest_int(xb[:, j] / dj[:, None]), -32, 31) + 32
+            L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
+    L = np.where(zero[:, None, None], 0, L).reshape(nb, 2, 4, 32)  # half, quarter, l
+    d = np.where(zero, np.float16(0), d)
+    sc = np.where(zero[:, None], 0, sc).astype(np.int8)
+    blocks = np.zeros(nb, dtype=[("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")])
+    ql = np.zeros((nb, 2, 2, 32), dtype=np.uint8)  # half, byte group (quarter & 1), l
+    qh = np.zeros((nb, 2, 32), dtype=np.uint8)
+    for quarter in range(4):
+        low = (L[:, :, quarter] & 0xF).astype(np.uint8)
+        ql[:, :, quarter & 1] |= low << (0 if quarter < 2 else 4)
+        qh |= ((L[:, :, quarter] >> 4).astype(np.uint8) << (2 * quarter)).astype(np.uint8)
+    blocks["ql"], blocks["qh"] = ql.reshape(nb, 128), qh.reshape(nb, 64)
+    blocks["scales"], blocks["d"] = sc, d
+    return blocks.tobytes()
+
+
+def quantize_q5_0(x):
+    """Rows of whole blocks of 32 -> Q5_0 blocks (bytes), as run.c's quantize_q5_0."""
+    b = x.reshape(-1, QK)
+    mx, _ = first_largest(b)
+    d = (mx / F32(-16)).astype(F32)
+    q = np.minimum(np.trunc((b * inverse_scales(d)[:, None]).astype(F32) + F32(16.5)), 31).astype(np.uint32)
+    blocks = np.empty(len(b), dtype=[("d", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)])
+    blocks["d"] = d.astype(np.float16)
+    blocks["qh"] = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=1, dtype=np.uint32)
+    blocks["qs"] = (q[:, :16] & 0xF) | (q[:, 16:] & 0xF) << 4
+    return blocks.tobytes()
+
+
+def use_more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_type(c, kind, layer, row_len):
+    """run.c's matrix_dtype for the Q4_K_M mix (llama-quantize's rules, README)."""
+    classifier = kind == "wcls" or (kind == "token_embedding" and c.shared_classifier)
+    t = "q4_k"
+    if classifier or (kind in ("wv", "w2") and use_more_bits(layer, c.n_layers)):
+        t = "q6_k"
+    if row_len % QK_K:
+        t = "f16" if row_len % QK else "q8_0" if t == "q6_k" else "q5_0"
+    return t
 
 
 # ---------------------------------------------------------------------------
@@ -993,7 +1241,8 @@ def parse_args(argv):
     source.add_argument("--tokenizer", metavar="FILE",
                         help="SentencePiece tokenizer.model or tokenizer.json -> tokenizer.bin")
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
-    parser.add_argument("--dtype", default="f32", help="weight type of the matrices: f32, f16, q8_0 or q4_0")
+    parser.add_argument("--dtype", default="f32",
+                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q4_k, q6_k or q4_k_m (a mix)")
     args = parser.parse_args(argv)
     if args.dtype not in WEIGHT_TYPES:
         parser.error(f"--dtype {args.dtype}: not supported (supported: {', '.join(WEIGHT_TYPES)})")
@@ -1017,7 +1266,8 @@ def export_model(args):
             print(f"note: --seq-len {args.seq_len} is above the model's {c.seq_len}; keeping {c.seq_len}")
         c.seq_len = min(c.seq_len, args.seq_len)
     write_runc(args.out, source, args.dtype, inputs)
-    print(f"wrote {args.out}: run.c v{RUNC_VERSION} {args.dtype}, {c.describe()}")
+    version = RUNC_VERSION_TYPES if len(set(matrix_types(c, args.dtype))) > 1 else RUNC_VERSION
+    print(f"wrote {args.out}: run.c v{version} {args.dtype}, {c.describe()}")
 
 
 def main(argv=None):

@@ -74,7 +74,9 @@ static int fail(const char *format, ...) {
 // GGML's type ids, so that our format and GGUF name weight types alike. The
 // weight types section (engine room) has one table row for each type run.c
 // computes with.
-enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q8_0 = 8, TYPE_BF16 = 30, TYPE_COUNT = 31 };
+enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q4_1 = 3, TYPE_Q5_0 = 6, TYPE_Q5_1 = 7, TYPE_Q8_0 = 8,
+       TYPE_Q8_1 = 9, TYPE_Q2_K = 10, TYPE_Q3_K = 11, TYPE_Q4_K = 12, TYPE_Q5_K = 13, TYPE_Q6_K = 14,
+       TYPE_Q8_K = 15, TYPE_IQ4_NL = 20, TYPE_IQ4_XS = 23, TYPE_BF16 = 30, TYPE_COUNT = 31 };
 
 typedef struct {
     int dim;               // transformer width
@@ -1558,7 +1560,9 @@ static uint64_t read_u64(const unsigned char *p) {
                               below, each with its size asserted)
      act_type                 the format x is put in for this type's dot
                               product, as llama.cpp does: TYPE_F32 (x as it
-                              is) or a quantized type (Q8_0 for Q8_0 and Q4_0)
+                              is) or a quantized type (Q8_0 for Q8_0, Q4_0,
+                              Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; Q8_K for the
+                              K-quants and IQ4_XS)
      dequantize               plain: n values back to floats, the reference
                               of every kernel (and the embedding lookup)
      quantize                 n floats to this type, rounding as GGUF's
@@ -1837,6 +1841,1261 @@ static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type
 static float dot_q8_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q8_0); }
 static float dot_q4_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q4_0); }
 
+/* The other types of the GGUF files people download: Q4_1, Q5_0, Q5_1
+   (blocks of 32), the K-quants Q2_K .. Q6_K (super-blocks of 256 with
+   packed sub-block scales and mins) and the non-linear IQ4_NL and IQ4_XS,
+   as ggml defines them. For each: the block layout, its dequantization
+   (ggml's float operations in ggml's order, so the values are bit for bit
+   GGUF's), and a plain integer dot product against x quantized as
+   llama.cpp's CPU backend quantizes it for that type (act_type: Q8_K for
+   the K-quants and IQ4_XS, Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0 and
+   IQ4_NL). The dot products sum integers per (sub)block, then apply the
+   scales in the order of ggml's generic C code. Writers (-m quantize)
+   follow llama-quantize without an importance matrix. fp16 fields are read
+   in place: every block size is even, so they are 2-byte aligned. */
+
+#define QK_K 256 // values per K-quant super-block
+
+// Q4_1: 32 values x = d * q + m, q in 0..15.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t m;     // fp16 offset: the value of q = 0 (the block's minimum)
+    uint8_t qs[16]; // q: low nibbles hold values 0..15, high nibbles 16..31
+} BlockQ4_1;
+_Static_assert(sizeof(BlockQ4_1) == 20, "BlockQ4_1 is 20 bytes");
+
+// Q5_0: 32 values x = d * (q - 16), q in 0..31.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint8_t qh[4];  // bit j of this little-endian uint32 is bit 4 of value j's q
+    uint8_t qs[16]; // q's low 4 bits: low nibbles values 0..15, high nibbles 16..31
+} BlockQ5_0;
+_Static_assert(sizeof(BlockQ5_0) == 22, "BlockQ5_0 is 22 bytes");
+
+// Q5_1: 32 values x = d * q + m, q in 0..31.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t m;     // fp16 offset (the block's minimum)
+    uint8_t qh[4];  // bit 4 of each q, as in Q5_0
+    uint8_t qs[16]; // low 4 bits, as in Q5_0
+} BlockQ5_1;
+_Static_assert(sizeof(BlockQ5_1) == 24, "BlockQ5_1 is 24 bytes");
+
+// Q2_K: 256 values in 16 sub-blocks of 16; value = d * sc * q - dmin * m,
+// q in 0..3, sc and m 4-bit per sub-block.
+typedef struct {
+    uint8_t scales[16]; // sub-block j: sc in the low nibble, m in the high one
+    uint8_t qs[64];     // 2-bit q: byte 32 * h + l holds values 128 * h + l + 32 * s in bits 2s, 2s+1 (s = 0..3)
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+} BlockQ2_K;
+_Static_assert(sizeof(BlockQ2_K) == 84, "BlockQ2_K is 84 bytes");
+
+// Q3_K: 256 values in 16 sub-blocks of 16; value = d * (sc - 32) * (q - 4),
+// q in 0..7, sc 6-bit per sub-block.
+typedef struct {
+    uint8_t hmask[32];  // bit 2 of q: value k has it in hmask[k % 32], bit k / 32
+    uint8_t qs[64];     // q's low 2 bits, packed as Q2_K's qs
+    uint8_t scales[12]; // sc of sub-block j: low 4 bits in the low (j < 8) or high (j >= 8) nibble
+                        // of byte j % 8, high 2 bits in byte 8 + j % 4 at bit 2 * (j / 4)
+    uint16_t d;         // fp16 step of the sub-block scales
+} BlockQ3_K;
+_Static_assert(sizeof(BlockQ3_K) == 110, "BlockQ3_K is 110 bytes");
+
+// Q4_K: 256 values in 8 sub-blocks of 32; value = d * sc * q - dmin * m,
+// q in 0..15, sc and m 6-bit per sub-block.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+    uint8_t scales[12]; // sc and m, 6 bits each: see k4_scale_min
+    uint8_t qs[128];    // q: byte 32 * h + l holds value 64 * h + l (low nibble) and 64 * h + 32 + l (high)
+} BlockQ4_K;
+_Static_assert(sizeof(BlockQ4_K) == 144, "BlockQ4_K is 144 bytes");
+
+// Q5_K: as Q4_K with q in 0..31.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t dmin;      // fp16 step of the sub-block mins
+    uint8_t scales[12]; // as Q4_K
+    uint8_t qh[32];     // bit 4 of q: value k has it in qh[k % 32], bit k / 32
+    uint8_t qs[128];    // q's low 4 bits, packed as Q4_K's qs
+} BlockQ5_K;
+_Static_assert(sizeof(BlockQ5_K) == 176, "BlockQ5_K is 176 bytes");
+
+// Q6_K: 256 values in 16 sub-blocks of 16; value = d * sc * (q - 32),
+// q in 0..63, sc int8 per sub-block.
+typedef struct {
+    uint8_t ql[128];   // q's low 4 bits: in each half h (128 values), byte 64 * h + l holds
+                       // values l (low nibble) and l + 64 (high), byte 64 * h + 32 + l values l + 32 and l + 96
+    uint8_t qh[64];    // q's high 2 bits: byte 32 * h + l holds values l, l + 32, l + 64, l + 96
+                       // of half h in bits 0-1, 2-3, 4-5, 6-7
+    int8_t scales[16]; // sc per sub-block
+    uint16_t d;        // fp16 step of the sub-block scales
+} BlockQ6_K;
+_Static_assert(sizeof(BlockQ6_K) == 210, "BlockQ6_K is 210 bytes");
+
+// IQ4_NL: 32 values x = d * iq4nl_values[q], q in 0..15 (a non-uniform grid).
+typedef struct {
+    uint16_t d;     // fp16 scale
+    uint8_t qs[16]; // q: low nibbles values 0..15, high nibbles 16..31
+} BlockIQ4_NL;
+_Static_assert(sizeof(BlockIQ4_NL) == 18, "BlockIQ4_NL is 18 bytes");
+
+// IQ4_XS: 256 values in 8 sub-blocks of 32; value = d * (ls - 32) * iq4nl_values[q],
+// ls 6-bit per sub-block.
+typedef struct {
+    uint16_t d;         // fp16 step of the sub-block scales
+    uint16_t scales_h;  // ls's high 2 bits: sub-block j at bit 2 * j
+    uint8_t scales_l[4]; // ls's low 4 bits: sub-block j in byte j / 2, low nibble for even j
+    uint8_t qs[128];    // q: 16 bytes per sub-block, low nibbles values 0..15, high 16..31
+} BlockIQ4_XS;
+_Static_assert(sizeof(BlockIQ4_XS) == 136, "BlockIQ4_XS is 136 bytes");
+
+// Q8_1 activations (for Q4_1 and Q5_1 weights): 32 values x = d * q.
+typedef struct {
+    uint16_t d;     // fp16 step
+    uint16_t s;     // fp16 of d * sum(q), for the weights' offset m
+    int8_t qs[32];
+} BlockQ8_1;
+_Static_assert(sizeof(BlockQ8_1) == 36, "BlockQ8_1 is 36 bytes");
+
+// Q8_K activations (for the K-quants and IQ4_XS): 256 values x = d * q.
+typedef struct {
+    float d;           // step (a float, not fp16)
+    int8_t qs[QK_K];
+    int16_t bsums[16]; // sum of q in each group of 16, for the weights' mins
+} BlockQ8_K;
+_Static_assert(sizeof(BlockQ8_K) == 292, "BlockQ8_K is 292 bytes");
+
+// IQ4_NL's and IQ4_XS's 16 levels, denser near zero where weights are.
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 32 bits of Q5_0/Q5_1's qh.
+static uint32_t read_qh32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// Q3_K's 6-bit scale of sub-block j (0..15), still offset by 32.
+static int q3_k_scale(const uint8_t *scales, int j) {
+    int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+    int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return low | high << 4;
+}
+
+// Q4_K/Q5_K's 6-bit scale and min of sub-block j (0..7): sub-blocks 0..3
+// in the low 6 bits of bytes j and j + 4; sub-blocks 4..7 have their low 4
+// bits in byte j + 4 (scale low nibble, min high) and their top 2 bits in
+// the spare top bits of bytes j - 4 (scale) and j (min).
+static void k4_scale_min(const uint8_t *scales, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = scales[j] & 63;
+        *m = scales[j + 4] & 63;
+    } else {
+        *sc = (scales[j + 4] & 0xF) | (scales[j - 4] >> 6) << 4;
+        *m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4;
+    }
+}
+
+/* Dequantization: ggml's dequantize_row_*, the same float operations in the
+   same order, so the results are its results bit for bit. */
+
+static void dequantize_q4_1(float *out, const void *row, int n) {
+    const BlockQ4_1 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        for (int j = 0; j < 16; j++) {
+            out[j] = (b[i].qs[j] & 0xF) * d + m;
+            out[j + 16] = (b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+// Q5_0/Q5_1's q (0..31) of the 32 values of a block.
+static void q5_values(int q[32], const uint8_t *qs, const uint8_t *qh_bytes) {
+    uint32_t qh = read_qh32(qh_bytes);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0xF) | ((qh >> j) & 1) << 4;
+        q[j + 16] = (qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+    }
+}
+
+static void dequantize_q5_0(float *out, const void *row, int n) {
+    const BlockQ5_0 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d);
+        int q[32];
+        q5_values(q, b[i].qs, b[i].qh);
+        for (int k = 0; k < 32; k++) out[k] = (q[k] - 16) * d;
+    }
+}
+
+static void dequantize_q5_1(float *out, const void *row, int n) {
+    const BlockQ5_1 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+        int q[32];
+        q5_values(q, b[i].qs, b[i].qh);
+        for (int k = 0; k < 32; k++) out[k] = q[k] * d + m;
+    }
+}
+
+// Q2_K's q of value k (0..255) of a block.
+static int q2_k_quant(const uint8_t *qs, int k) {
+    return (qs[32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3;
+}
+
+static void dequantize_q2_k(float *out, const void *row, int n) {
+    const BlockQ2_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (b[i].scales[j] & 0xF), ml = dmin * (b[i].scales[j] >> 4);
+            for (int k = 16 * j; k < 16 * j + 16; k++) out[k] = dl * q2_k_quant(b[i].qs, k) - ml;
+        }
+    }
+}
+
+// Q3_K's q - 4 of value k (-4..3).
+static int q3_k_quant(const BlockQ3_K *b, int k) {
+    int high = (b->hmask[k % 32] >> (k / 32)) & 1;
+    return q2_k_quant(b->qs, k) - (high ? 0 : 4);
+}
+
+static void dequantize_q3_k(float *out, const void *row, int n) {
+    const BlockQ3_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            float dl = d * (q3_k_scale(b[i].scales, j) - 32);
+            for (int k = 16 * j; k < 16 * j + 16; k++) out[k] = dl * q3_k_quant(&b[i], k);
+        }
+    }
+}
+
+// Q4_K's (and Q5_K's low 4 bits of) q of value k.
+static int q4_k_quant(const uint8_t *qs, int k) {
+    uint8_t byte = qs[32 * (k / 64) + k % 32];
+    return (k % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+
+static int q5_k_quant(const BlockQ5_K *b, int k) {
+    return q4_k_quant(b->qs, k) + ((b->qh[k % 32] >> (k / 32)) & 1) * 16;
+}
+
+// Q4_K and Q5_K share their first fields (d, dmin, scales): super-block i
+// of a row of either, read through those fields, and its q of value k.
+static const BlockQ4_K *k4_block(const void *row, int i, int type) {
+    return (const void *)((const unsigned char *)row + (size_t)i * (type == TYPE_Q5_K ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K)));
+}
+static int k4_quant(const BlockQ4_K *b, int k, int type) {
+    return type == TYPE_Q5_K ? q5_k_quant((const BlockQ5_K *)b, k) : q4_k_quant(b->qs, k);
+}
+
+static void dequantize_k4(float *out, const void *row, int n, int type) {
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        const BlockQ4_K *b = k4_block(row, i, type);
+        float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            k4_scale_min(b->scales, j, &sc, &m);
+            float dl = d * sc, ml = dmin * m;
+            for (int k = 32 * j; k < 32 * j + 32; k++) out[k] = dl * k4_quant(b, k, type) - ml;
+        }
+    }
+}
+static void dequantize_q4_k(float *out, const void *row, int n) { dequantize_k4(out, row, n, TYPE_Q4_K); }
+static void dequantize_q5_k(float *out, const void *row, int n) { dequantize_k4(out, row, n, TYPE_Q5_K); }
+
+// Q6_K's q - 32 of value k (-32..31).
+static int q6_k_quant(const BlockQ6_K *b, int k) {
+    int h = k / 128, l = k % 32, quarter = (k % 128) / 32; // quarter s: values l + 32 * s of half h
+    uint8_t low = b->ql[64 * h + 32 * (quarter & 1) + l];
+    int low4 = quarter < 2 ? low & 0xF : low >> 4;
+    int high2 = (b->qh[32 * h + l] >> (2 * quarter)) & 3;
+    return (low4 | high2 << 4) - 32;
+}
+
+static void dequantize_q6_k(float *out, const void *row, int n) {
+    const BlockQ6_K *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int k = 0; k < QK_K; k++) out[k] = d * b[i].scales[k / 16] * q6_k_quant(&b[i], k);
+    }
+}
+
+static void dequantize_iq4_nl(float *out, const void *row, int n) {
+    const BlockIQ4_NL *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            out[j] = d * iq4nl_values[b[i].qs[j] & 0xF];
+            out[j + 16] = d * iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+// IQ4_XS's 6-bit scale of sub-block j, still offset by 32.
+static int iq4_xs_scale(const BlockIQ4_XS *b, int j) {
+    return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
+static void dequantize_iq4_xs(float *out, const void *row, int n) {
+    const BlockIQ4_XS *b = row;
+    for (int i = 0; i < n / QK_K; i++, out += QK_K) {
+        float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 8; j++) {
+            float dl = d * (iq4_xs_scale(&b[i], j) - 32);
+            const uint8_t *qs = b[i].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                out[32 * j + l] = dl * iq4nl_values[qs[l] & 0xF];
+                out[32 * j + l + 16] = dl * iq4nl_values[qs[l] >> 4];
+            }
+        }
+    }
+}
+
+/* Activations, quantized as llama.cpp's CPU backend does before a dot
+   product (ggml's reference quantize_row_q8_K_ref / quantize_row_q8_1_ref).
+   The values must be finite. */
+
+// ggml's nearest_int, to the bit: adding 1.5 * 2^23 leaves x rounded (half
+// to even) in the low 23 bits, offset by 2^22. Exact for |x| < 2^22 and,
+// unlike a cast, defined for every input (inf and NaN give -2^22 and 0),
+// so even degenerate blocks come out as ggml's do.
+static int nearest_int(float x) {
+    float shifted = x + 12582912.0f;
+    uint32_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    return (int)(bits & 0x7FFFFF) - 0x400000;
+}
+
+// Q8_K: per 256 values, iscale = -127 / (the value of largest magnitude),
+// q = round(iscale * x) (at most 127), d = 1 / iscale.
+static void quantize_q8_k(void *out, const float *x, int n) {
+    BlockQ8_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int k = 0; k < QK_K; k++)
+            if (fabsf(x[k]) > amax) { amax = fabsf(x[k]); max = x[k]; }
+        memset(&y[i], 0, sizeof y[i]); // ggml leaves bsums unset here; d = 0 makes them unused
+        float iscale = -127.0f / max;
+        if (amax == 0.0f || !isfinite(iscale)) continue; // (ggml: undefined for a tiny denormal max) zeros
+        for (int k = 0; k < QK_K; k++) {
+            int q = nearest_int(iscale * x[k]);
+            y[i].qs[k] = (int8_t)(q < 127 ? q : 127);
+        }
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int k = 16 * g; k < 16 * g + 16; k++) sum += y[i].qs[k];
+            y[i].bsums[g] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+// Q8_1: per 32 values, d = amax / 127, q = x * (127 / amax) rounded to
+// nearest even, s = d * sum(q) with the unrounded d, both stored as fp16.
+// This is ggml's x86 (AVX2) form, which llama.cpp runs on x86 machines: with
+// it our Q4_1 logits match the references to 1e-7; with ggml's reference
+// form (q = roundf(x / d)), to 3e-4.
+static void quantize_q8_1(void *out, const float *x, int n) {
+    BlockQ8_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+        float d = amax / 127, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // amax so tiny that 127 / amax overflows: zeros
+        int sum = 0;
+        for (int k = 0; k < 32; k++) {
+            y[i].qs[k] = (int8_t)nearbyintf(x[k] * id);
+            sum += y[i].qs[k];
+        }
+        y[i].d = f32_to_f16(d);
+        y[i].s = f32_to_f16(sum * d);
+    }
+}
+
+// The activation formats as floats (for the tests; nothing else reads them back).
+static void dequantize_q8_k(float *out, const void *row, int n) {
+    const BlockQ8_K *b = row;
+    for (int i = 0; i < n / QK_K; i++)
+        for (int k = 0; k < QK_K; k++) out[i * QK_K + k] = b[i].d * b[i].qs[k];
+}
+
+static void dequantize_q8_1(float *out, const void *row, int n) {
+    const BlockQ8_1 *b = row;
+    for (int i = 0; i < n / 32; i++)
+        for (int k = 0; k < 32; k++) out[i * 32 + k] = f16_to_f32(b[i].d) * b[i].qs[k];
+}
+
+/* Dot products of one weight row (n values) with one quantized activation
+   row: exact integer sums per (sub)block, then the scales, in the order of
+   ggml's generic C code (ggml_vec_dot_*_q8_*), so the results are its
+   results. The K-quants keep, as it does, eight float partial sums over the
+   positions k % 8 and add them last. */
+
+static float dot_q4_1_plain(const void *row, const void *act, int n) {
+    const BlockQ4_1 *w = row;
+    const BlockQ8_1 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += (w[i].qs[j] & 0xF) * a[i].qs[j] + (w[i].qs[j] >> 4) * a[i].qs[j + 16];
+        // the offset m times every x: m * (d_x * sum(q_x)) = m * s
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * sumi + f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+    }
+    return sum;
+}
+
+// sum(q * x) of a Q5_0/Q5_1 block, less offset * sum(x).
+static int q5_block_dot(const uint8_t *qs, const uint8_t *qh, const int8_t *x, int offset) {
+    int q[32], sumi = 0;
+    q5_values(q, qs, qh);
+    for (int k = 0; k < 32; k++) sumi += (q[k] - offset) * x[k];
+    return sumi;
+}
+
+static float dot_q5_0_plain(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++)
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * q5_block_dot(w[i].qs, w[i].qh, a[i].qs, 16);
+    return sum;
+}
+
+static float dot_q5_1_plain(const void *row, const void *act, int n) {
+    const BlockQ5_1 *w = row;
+    const BlockQ8_1 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++)
+        sum += (f16_to_f32(w[i].d) * f16_to_f32(a[i].d)) * q5_block_dot(w[i].qs, w[i].qh, a[i].qs, 0) +
+               f16_to_f32(w[i].m) * f16_to_f32(a[i].s);
+    return sum;
+}
+
+static float dot_iq4_nl_plain(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += iq4nl_values[w[i].qs[j] & 0xF] * a[i].qs[j] + iq4nl_values[w[i].qs[j] >> 4] * a[i].qs[j + 16];
+        sum += (f16_to_f32(a[i].d) * f16_to_f32(w[i].d)) * sumi;
+    }
+    return sum;
+}
+
+static float dot_q2_k_plain(const void *row, const void *act, int n) {
+    const BlockQ2_K *w = row;
+    const BlockQ8_K *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sumi = 0, summ = 0; // sum of sc * q * q_x; of m * q_x, from the group sums
+        for (int j = 0; j < 16; j++) {
+            int part = 0;
+            for (int k = 16 * j; k < 16 * j + 16; k++) part += q2_k_quant(w[i].qs, k) * a[i].qs[k];
+            sumi += (w[i].scales[j] & 0xF) * part;
+            summ += (w[i].scales[j] >> 4) * a[i].bsums[j];
+        }
+        float d = a[i].d * f16_to_f32(w[i].d), dmin = a[i].d * f16_to_f32(w[i].dmin);
+        sum += d * sumi - dmin * summ;
+    }
+    return sum;
+}
+
+static float dot_q3_k_plain(const void *row, const void *act, int n) {
+    const BlockQ3_K *w = row;
+    const BlockQ8_K *a = act;
+    float lanes[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t lane[8] = {0};
+        for (int k = 0; k < QK_K; k++)
+            lane[k % 8] += (q3_k_scale(w[i].scales, k / 16) - 32) * (q3_k_quant(&w[i], k) * a[i].qs[k]);
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+// Q4_K and Q5_K: sum(d * sc * q * x) in eight lanes, and the mins
+// subtracted per block from the group sums of Q8_K.
+static float dot_k4_plain(const void *row, const BlockQ8_K *a, int n, int type) {
+    float lanes[8] = {0}, sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const BlockQ4_K *w = k4_block(row, i, type);
+        int32_t lane[8] = {0};
+        int summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            k4_scale_min(w->scales, j, &sc, &m);
+            for (int k = 32 * j; k < 32 * j + 32; k++) lane[k % 8] += sc * (k4_quant(w, k, type) * a[i].qs[k]);
+            summ += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        }
+        float d = f16_to_f32(w->d) * a[i].d, dmin = f16_to_f32(w->dmin) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+        sum -= dmin * summ;
+    }
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+static float dot_q4_k_plain(const void *row, const void *act, int n) { return dot_k4_plain(row, act, n, TYPE_Q4_K); }
+static float dot_q5_k_plain(const void *row, const void *act, int n) { return dot_k4_plain(row, act, n, TYPE_Q5_K); }
+
+static float dot_q6_k_plain(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    float lanes[8] = {0};
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t lane[8] = {0};
+        for (int k = 0; k < QK_K; k++) lane[k % 8] += w[i].scales[k / 16] * (q6_k_quant(&w[i], k) * a[i].qs[k]);
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int l = 0; l < 8; l++) lanes[l] += d * lane[l];
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 8; l++) sum += lanes[l];
+    return sum;
+}
+
+static float dot_iq4_xs_plain(const void *row, const void *act, int n) {
+    const BlockIQ4_XS *w = row;
+    const BlockQ8_K *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = w[i].qs + 16 * j;
+            const int8_t *x = a[i].qs + 32 * j;
+            int sumi = 0;
+            for (int l = 0; l < 16; l++)
+                sumi += iq4nl_values[qs[l] & 0xF] * x[l] + iq4nl_values[qs[l] >> 4] * x[l + 16];
+            sum += (d * (iq4_xs_scale(&w[i], j) - 32)) * sumi;
+        }
+    }
+    return sum;
+}
+
+/* Writers, as llama-quantize writes these types without an importance
+   matrix (ggml's quantize_row_*_ref and their helpers): per sub-block, a
+   scale (and min) fitted to the values, then the sub-block scales quantized
+   against one fp16 step per super-block, then every value rounded against
+   its sub-block's final scale. Their output is llama-quantize's byte for byte
+   only without FP contraction (no a * b + c fused into fma): GCC with
+   -std=c11 does not fuse; clang and -std=gnu11 do unless -ffp-contract=off. */
+
+#define GROUP_MAX_EPS 1e-15f // sub-blocks smaller than this are all zero
+
+// Fits x[i] ~ scale * L[i] - min (n <= 32 values, L in 0..nmax, min >= 0)
+// minimizing the weighted error sum w * |err| (use_mad) or w * err^2: a
+// first guess from the range, then nstep + 1 trial scales around it, each
+// refined by weighted least squares; the best fit wins. Returns scale,
+// *min_out = min. (ggml: make_qkx2_quants.)
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L, float *min_out, float rmin,
+                           float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0; // the grid always includes zero
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *min_out = -min;
+        return 0.0f;
+    }
+    float iscale = nmax / (max - min), scale = 1 / iscale, best = 0.0f;
+    for (int i = 0; i < n; i++) {
+        L[i] = (uint8_t)clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+    }
+    uint8_t trial[32];
+    for (int step = 0; step <= nstep; step++) {
+        iscale = (rmin + rdelta * step + nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            trial[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float det = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(det > 0)) continue; // (not "det <= 0": NaN skips too, as in ggml)
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+        if (this_min > 0) { // keep zero on the grid: refit the scale alone
+            this_min = 0;
+            this_scale = sum_xl / sum_l2;
+        }
+        float err = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float diff = this_scale * trial[i] + this_min - x[i];
+            err += w[i] * (use_mad ? fabsf(diff) : diff * diff);
+        }
+        if (err < best) {
+            memcpy(L, trial, (size_t)n);
+            best = err;
+            scale = this_scale;
+            min = this_min;
+        }
+    }
+    *min_out = -min;
+    return scale;
+}
+
+// The first guess of fit_scale and fit_scale_q3: L[i] = x[i] * -nmax / max
+// rounded, in -nmax..nmax - 1 (max: the value of largest magnitude), and
+// the weighted sums sum_lx = sum w x L, sum_l2 = sum w L^2 with w = x^2.
+// Returns max; 0 with L all zero when every |x| is below GROUP_MAX_EPS.
+static float first_levels(int n, int nmax, const float *x, int8_t *L, float *sum_lx, float *sum_l2) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) { amax = fabsf(x[i]); max = x[i]; }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -nmax / max;
+    *sum_lx = *sum_l2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        *sum_lx += w * x[i] * l;
+        *sum_l2 += w * l * l;
+    }
+    return max;
+}
+
+// Fits x[i] ~ scale * (L[i] - nmax), L in 0..2 nmax - 1, weights x^2:
+// scale from the value of largest magnitude (which maps to -nmax), then 18
+// nearby scales, keeping the best least-squares fit. Returns scale.
+// (ggml: make_qx_quants with rmse_type 1 and no weights.)
+static float fit_scale(int n, int nmax, const float *x, int8_t *L) {
+    float sum_lx, sum_l2, max = first_levels(n, nmax, x, L, &sum_lx, &sum_l2);
+    if (max == 0.0f) return 0.0f;
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    float scale = sum_l2 ? sum_lx / sum_l2 : 0.0f, best = scale * sum_lx;
+    for (int step = -9; step <= 9; step++) {
+        if (step == 0) continue;
+        float iscale = -(nmax + 0.1f * step) / max;
+        sum_lx = sum_l2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sum_lx += w * x[i] * l;
+            sum_l2 += w * l * l;
+        }
+        if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) { // a smaller squared error
+            for (int i = 0; i < n; i++) L[i] = (int8_t)(clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1) + nmax);
+            scale = sum_lx / sum_l2;
+            best = scale * sum_lx;
+        }
+    }
+    return scale;
+}
+
+// Packs Q4_K/Q5_K's eight 6-bit scales and mins (k4_scale_min's layout).
+static void pack_k4_scales(uint8_t *scales, const uint8_t *ls, const uint8_t *lm) {
+    for (int j = 0; j < 4; j++) {
+        scales[j] = ls[j];
+        scales[j + 4] = lm[j];
+    }
+    for (int j = 4; j < 8; j++) {
+        scales[j + 4] = (uint8_t)((ls[j] & 0xF) | (lm[j] & 0xF) << 4);
+        scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+        scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+    }
+}
+
+// Q4_K and Q5_K (nmax 15 or 31): the shared part. Fits each sub-block of
+// 32 (weights: rms of the sub-block + |x|), quantizes the scales and mins
+// to 6 bits against d = max scale / 63 and dmin = max min / 63, then rounds
+// every value against its sub-block's final scale and min into L.
+static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out, uint16_t *dmin_out,
+                              uint8_t *scales_out, uint8_t *L) {
+    float scales[8], mins[8], w[32], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        const float *xj = x + 32 * j;
+        float sum_x2 = 0.0f;
+        for (int l = 0; l < 32; l++) sum_x2 += xj[l] * xj[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(xj[l]);
+        scales[j] = fit_scale_min(32, nmax, xj, w, L + 32 * j, &mins[j], rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.0f, inv_min = max_min > 0 ? 63.f / max_min : 0.0f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; j++) {
+        // as ggml: the rounded value truncated to 8 bits, then capped at 63
+        ls[j] = (uint8_t)nearest_int(inv_scale * scales[j]);
+        lm[j] = (uint8_t)nearest_int(inv_min * mins[j]);
+        if (ls[j] > 63) ls[j] = 63;
+        if (lm[j] > 63) lm[j] = 63;
+    }
+    memset(scales_out, 0, 12);
+    pack_k4_scales(scales_out, ls, lm);
+    *d_out = f32_to_f16(max_scale / 63.f);
+    *dmin_out = f32_to_f16(max_min / 63.f);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        k4_scale_min(scales_out, j, &sc, &m);
+        float d = f16_to_f32(*d_out) * sc;
+        if (!d) continue; // keep the fit's L
+        float dm = f16_to_f32(*dmin_out) * m;
+        for (int l = 32 * j; l < 32 * j + 32; l++) L[l] = (uint8_t)clamp_int(nearest_int((x[l] + dm) / d), 0, nmax);
+    }
+}
+
+static void quantize_q4_k(void *out, const float *x, int n) {
+    BlockQ4_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        quantize_k4_block(x, 15, -1.0f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        for (int k = 0; k < 128; k++) {
+            int base = 64 * (k / 32) + k % 32; // byte k: values base and base + 32
+            y[i].qs[k] = (uint8_t)(L[base] | L[base + 32] << 4);
+        }
+    }
+}
+
+static void quantize_q5_k(void *out, const float *x, int n) {
+    BlockQ5_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        quantize_k4_block(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int k = 0; k < 128; k++) {
+            int base = 64 * (k / 32) + k % 32;
+            y[i].qs[k] = (uint8_t)((L[base] & 0xF) | (L[base + 32] & 0xF) << 4);
+        }
+        for (int k = 0; k < QK_K; k++) y[i].qh[k % 32] |= (uint8_t)((L[k] >> 4) << (k / 32));
+    }
+}
+
+static void quantize_q6_k(void *out, const float *x, int n) {
+    BlockQ6_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        int8_t L[QK_K]; // q, 0..63
+        float scales[16], max_scale = 0.0f, max_abs = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_scale(16, 32, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > max_abs) { max_abs = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        if (max_abs < GROUP_MAX_EPS) continue; // all zero
+        float iscale = -128.f / max_scale; // the largest scale maps to -128
+        y[i].d = f32_to_f16(1 / iscale);
+        for (int j = 0; j < 16; j++) {
+            int s = nearest_int(iscale * scales[j]);
+            y[i].scales[j] = (int8_t)(s < 127 ? s : 127);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * y[i].scales[j];
+            if (!d) continue; // keep the fit's L
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (int8_t)(clamp_int(nearest_int(x[k] / d), -32, 31) + 32);
+        }
+        for (int k = 0; k < QK_K; k++) { // the inverse of q6_k_quant
+            int h = k / 128, l = k % 32, quarter = (k % 128) / 32;
+            y[i].ql[64 * h + 32 * (quarter & 1) + l] |= (uint8_t)((L[k] & 0xF) << (quarter < 2 ? 0 : 4));
+            y[i].qh[32 * h + l] |= (uint8_t)((L[k] >> 4) << (2 * quarter));
+        }
+    }
+}
+
+// Q2_K and Q3_K's q: values 128 h + 32 s + l (s = 0..3) share byte 32 h + l.
+static void pack_2bit(uint8_t *qs, const uint8_t *L) {
+    memset(qs, 0, 64);
+    for (int k = 0; k < QK_K; k++) qs[32 * (k / 128) + k % 32] |= (uint8_t)((L[k] & 3) << (2 * ((k % 128) / 32)));
+}
+
+// Q2_K: sub-blocks of 16 fitted with scale and min (weights |x|, least
+// absolute error), both quantized to 4 bits against d = max scale / 15 and
+// dmin = max min / 15.
+static void quantize_q2_k(void *out, const float *x, int n) {
+    BlockQ2_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t L[QK_K];
+        float scales[16], mins[16], w[16], max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
+            scales[j] = fit_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        y[i].d = y[i].dmin = f32_to_f16(0.0f);
+        if (max_scale > 0) {
+            float iscale = 15.f / max_scale;
+            for (int j = 0; j < 16; j++) y[i].scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y[i].d = f32_to_f16(max_scale / 15.f);
+        }
+        if (max_min > 0) {
+            float iscale = 15.f / max_min;
+            for (int j = 0; j < 16; j++) y[i].scales[j] |= (uint8_t)((unsigned)nearest_int(iscale * mins[j]) << 4);
+            y[i].dmin = f32_to_f16(max_min / 15.f);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * (y[i].scales[j] & 0xF);
+            if (!d) continue; // keep the fit's L
+            float dm = f16_to_f32(y[i].dmin) * (y[i].scales[j] >> 4);
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (uint8_t)clamp_int(nearest_int((x[k] + dm) / d), 0, 3);
+        }
+        pack_2bit(y[i].qs, L);
+    }
+}
+
+// Fits x[i] ~ scale * (L[i] - nmax), L in 0..2 nmax - 1, weights x^2: the
+// scale of the largest magnitude, then up to five passes that move single
+// values to a neighbouring level while that lowers the squared error.
+// (ggml: make_q3_quants with do_rmse.)
+static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L) {
+    float sum_lx, sum_l2;
+    if (first_levels(n, nmax, x, L, &sum_lx, &sum_l2) == 0.0f) return 0.0f;
+    for (int pass = 0; pass < 5; pass++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i], slx = sum_lx - w * x[i] * L[i];
+            if (slx <= 0) continue;
+            float sl2 = sum_l2 - w * L[i] * L[i];
+            int l = clamp_int(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+            if (l == L[i]) continue;
+            slx += w * x[i] * l;
+            sl2 += w * l * l;
+            if (sl2 > 0 && slx * slx * sum_l2 > sum_lx * sum_lx * sl2) {
+                L[i] = (int8_t)l;
+                sum_lx = slx;
+                sum_l2 = sl2;
+                changed++;
+            }
+        }
+        if (!changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return sum_lx / sum_l2;
+}
+
+// Q3_K: sub-blocks of 16 fitted by fit_scale_q3, scales quantized to 6 bits
+// (signed, -32..31) against d = -(the scale of largest magnitude) / 32.
+static void quantize_q3_k(void *out, const float *x, int n) {
+    BlockQ3_K *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        int8_t L[QK_K];
+        float scales[16], max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = fit_scale_q3(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax) { amax = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        y[i].d = f32_to_f16(0.0f);
+        if (max_scale != 0) {
+            float iscale = -32.f / max_scale;
+            for (int j = 0; j < 16; j++) {
+                int l = clamp_int((int8_t)nearest_int(iscale * scales[j]), -32, 31) + 32;
+                y[i].scales[j % 8] |= (uint8_t)((l & 0xF) << (j < 8 ? 0 : 4));
+                y[i].scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[i].d = f32_to_f16(1 / iscale);
+        }
+        for (int j = 0; j < 16; j++) {
+            float d = f16_to_f32(y[i].d) * (q3_k_scale(y[i].scales, j) - 32);
+            if (!d) continue; // keep the fit's L
+            for (int k = 16 * j; k < 16 * j + 16; k++) L[k] = (int8_t)(clamp_int(nearest_int(x[k] / d), -4, 3) + 4);
+        }
+        memset(y[i].hmask, 0, sizeof y[i].hmask);
+        uint8_t low[QK_K];
+        for (int k = 0; k < QK_K; k++) {
+            if (L[k] > 3) y[i].hmask[k % 32] |= (uint8_t)(1 << (k / 32));
+            low[k] = (uint8_t)(L[k] & 3);
+        }
+        pack_2bit(y[i].qs, low);
+    }
+}
+
+// Q4_1 and Q5_1 (levels 15 or 31): d = (max - min) / levels, m = min,
+// q = (x - min) / d rounded half up; Q4_1 caps q at 15, Q5_1 keeps ggml's
+// missing cap (a q of 32 loses its top bit). Q5_0: d = (value of largest
+// magnitude) / -16, q = x / d + 16 rounded half up, capped at 31.
+static float block_min(const float *x, float *max) {
+    float min = INFINITY; // (ggml: FLT_MAX; the same for finite values)
+    *max = -INFINITY;
+    for (int k = 0; k < 32; k++) {
+        if (x[k] < min) min = x[k];
+        if (x[k] > *max) *max = x[k];
+    }
+    return min;
+}
+
+static void quantize_q4_1(void *out, const float *x, int n) {
+    BlockQ4_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float max, min = block_min(x, &max), d = (max - min) / 15, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        y[i].m = f32_to_f16(min);
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+        }
+    }
+}
+
+static void quantize_q5_1(void *out, const float *x, int n) {
+    BlockQ5_1 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float max, min = block_min(x, &max), d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        y[i].m = f32_to_f16(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)((x[j] - min) * id + 0.5f), q1 = (int)((x[j + 16] - min) * id + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)((q0 >> 4) & 1) << j | (uint32_t)((q1 >> 4) & 1) << (j + 16);
+        }
+        for (int b = 0; b < 4; b++) y[i].qh[b] = (uint8_t)(qh >> (8 * b));
+    }
+}
+
+static void quantize_q5_0(void *out, const float *x, int n) {
+    BlockQ5_0 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f, max = 0.0f;
+        for (int k = 0; k < 32; k++)
+            if (fabsf(x[k]) > amax) { amax = fabsf(x[k]); max = x[k]; }
+        float d = max / -16, id = d ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows (ggml: undefined)
+        y[i].d = f32_to_f16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int)(x[j] * id + 16.5f), q1 = (int)(x[j + 16] * id + 16.5f);
+            q0 = q0 < 31 ? q0 : 31;
+            q1 = q1 < 31 ? q1 : 31;
+            y[i].qs[j] = (uint8_t)((q0 & 0xF) | (q1 & 0xF) << 4);
+            qh |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        for (int b = 0; b < 4; b++) y[i].qh[b] = (uint8_t)(qh >> (8 * b));
+    }
+}
+
+// The index of the IQ4_NL level nearest x; a tie goes to the upper level (as ggml).
+static int iq4_nearest(float x) {
+    if (x <= iq4nl_values[0]) return 0;
+    if (x >= iq4nl_values[15]) return 15;
+    int lo = 0, hi = 15;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (x < iq4nl_values[mid]) hi = mid;
+        else lo = mid;
+    }
+    return x - iq4nl_values[hi - 1] < iq4nl_values[hi] - x ? hi - 1 : hi;
+}
+
+// Fits one sub-block of 32 to d * iq4nl_values[L] (weights x^2): the scale
+// that maps the largest magnitude to -127, then 15 trial scales around it,
+// each refined by least squares. Returns d (0 for an all-zero sub-block).
+// (ggml: quantize_row_iq4_nl_impl's per-block part, ntry 7, no imatrix.)
+static float fit_scale_iq4(const float *x) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); max = x[j]; }
+    if (amax < GROUP_MAX_EPS) return 0.0f;
+    float d = -max / iq4nl_values[0], id = 1 / d, sum_qx = 0.0f, sum_q2 = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float q = iq4nl_values[iq4_nearest(id * x[j])], w = x[j] * x[j];
+        sum_qx += w * q * x[j];
+        sum_q2 += w * q * q;
+    }
+    d = sum_qx / sum_q2;
+    float best = d * sum_qx;
+    for (int step = -7; step <= 7; step++) {
+        id = (step + iq4nl_values[0]) / max;
+        sum_qx = sum_q2 = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            float q = iq4nl_values[iq4_nearest(id * x[j])], w = x[j] * x[j];
+            sum_qx += w * q * x[j];
+            sum_q2 += w * q * q;
+        }
+        if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {
+            d = sum_qx / sum_q2;
+            best = d * sum_qx;
+        }
+    }
+    return d;
+}
+
+// 32 values against scale d into IQ4_NL's nibble layout.
+static void pack_iq4(uint8_t *qs, const float *x, float d) {
+    float id = d ? 1 / d : 0.0f;
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(iq4_nearest(id * x[j]) | iq4_nearest(id * x[j + 16]) << 4);
+}
+
+static void quantize_iq4_nl(void *out, const float *x, int n) {
+    BlockIQ4_NL *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float d = fit_scale_iq4(x);
+        y[i].d = f32_to_f16(d);
+        pack_iq4(y[i].qs, x, d); // with the unrounded d, as ggml
+    }
+}
+
+// IQ4_XS: each sub-block's d quantized to 6 bits (signed) against the
+// super-block's step -(the d of largest magnitude) / 32.
+static void quantize_iq4_xs(void *out, const float *x, int n) {
+    BlockIQ4_XS *y = out;
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float scales[8], max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            scales[j] = fit_scale_iq4(x + 32 * j);
+            if (fabsf(scales[j]) > amax) { amax = fabsf(scales[j]); max_scale = scales[j]; }
+        }
+        float d = -max_scale / 32, id = d ? 1 / d : 0.0f;
+        y[i].d = f32_to_f16(d);
+        y[i].scales_h = 0;
+        memset(y[i].scales_l, 0, sizeof y[i].scales_l);
+        for (int j = 0; j < 8; j++) {
+            int l = clamp_int(nearest_int(id * scales[j]), -32, 31);
+            pack_iq4(y[i].qs + 16 * j, x + 32 * j, d * l); // with the unrounded d, as ggml
+            y[i].scales_l[j / 2] |= (uint8_t)(((l + 32) & 0xF) << (4 * (j % 2)));
+            y[i].scales_h |= (uint16_t)(((l + 32) >> 4) << (2 * j));
+        }
+    }
+}
+
+/* The fast K-quant dot products (Q4_K and Q6_K, the types of the files
+   people use most): the same exact integer sums per sub-block as the plain
+   twins, with SIMD; they differ from them only in the order of the float
+   additions. AVX2: maddubs multiplies the unsigned quants by x's signed
+   bytes into int16 pairs (at most 63 * 127 * 2, no overflow), madd
+   multiplies those by the sub-block scales into int32. NEON: dot_bytes
+   (SDOT where the build has it). */
+
+// Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked.
+static void k4_scales_mins(const uint8_t *scales, int sc[8], int m[8]) {
+    for (int j = 0; j < 8; j++) k4_scale_min(scales, j, &sc[j], &m[j]);
+}
+
+// sum over the 8 sub-blocks of m_j * (x's sum over them), from Q8_K's group sums.
+static int k4_min_sum(const int m[8], const BlockQ8_K *a) {
+    int summ = 0;
+    for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    return summ;
+}
+
+#if HAVE_AVX2
+static float dot_q4_k(const void *row, const void *act, int n) {
+    const BlockQ4_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
+            __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        mins += f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum_m256(acc) - mins;
+}
+
+static float dot_q6_k(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { // halves of 128 values (q6_k_quant's layout)
+            const uint8_t *ql = w[i].ql + 64 * h;
+            const int8_t *x = a[i].qs + 128 * h, *sc = w[i].scales + 8 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)), q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
+            for (int k = 0; k < 4; k++) { // 32 values: sub-blocks 2k and 2k + 1 of the half
+                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
+                __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
+            }
+        }
+        // q is stored plus 32: less 32 * sum(sc * x) over the 16 sub-blocks
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
+        __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+// The 16 products of signed bytes w and x, summed.
+static int32_t dot16(int8x16_t w, int8x16_t x) {
+#if HAVE_DOTPROD
+    return vaddvq_s32(vdotq_s32(vdupq_n_s32(0), w, x));
+#else
+    return vaddvq_s32(vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))), vmull_high_s8(w, x)));
+#endif
+}
+
+static float dot_q4_k(const void *row, const void *act, int n) {
+    const BlockQ4_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        int32_t sumi = 0;
+        for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
+            uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * j), q1 = vld1q_u8(w[i].qs + 32 * j + 16);
+            const int8_t *x = a[i].qs + 64 * j;
+            int32x4_t lo = dot_bytes(vreinterpretq_s8_u8(vandq_u8(q0, low4)), vreinterpretq_s8_u8(vandq_u8(q1, low4)),
+                                     vld1q_s8(x), vld1q_s8(x + 16));
+            int32x4_t hi = dot_bytes(vreinterpretq_s8_u8(vshrq_n_u8(q0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(q1, 4)),
+                                     vld1q_s8(x + 32), vld1q_s8(x + 48));
+            sumi += sc[2 * j] * vaddvq_s32(lo) + sc[2 * j + 1] * vaddvq_s32(hi);
+        }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi - f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum;
+}
+
+static float dot_q6_k(const void *row, const void *act, int n) {
+    const BlockQ6_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), low2 = vdupq_n_u8(0x03);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int32_t sumi = 0;
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 2; v++) { // 16 bytes of each quarter of the half (q6_k_quant's layout)
+                const uint8_t *ql = w[i].ql + 64 * h + 16 * v;
+                uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 32), hb = vld1q_u8(w[i].qh + 32 * h + 16 * v);
+                uint8x16_t q[4] = {
+                    vorrq_u8(vandq_u8(l0, low4), vshlq_n_u8(vandq_u8(hb, low2), 4)),
+                    vorrq_u8(vandq_u8(l1, low4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 2), low2), 4)),
+                    vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(hb, 4), low2), 4)),
+                    vorrq_u8(vshrq_n_u8(l1, 4), vshlq_n_u8(vshrq_n_u8(hb, 6), 4)),
+                };
+                for (int k = 0; k < 4; k++) { // values 32k + 16v.. of the half: sub-block 8h + 2k + v
+                    int8x16_t qs = vsubq_s8(vreinterpretq_s8_u8(q[k]), vdupq_n_s8(32));
+                    sumi += w[i].scales[8 * h + 2 * k + v] * dot16(qs, vld1q_s8(a[i].qs + 128 * h + 32 * k + 16 * v));
+                }
+            }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi;
+    }
+    return sum;
+}
+
+#else
+static float dot_q4_k(const void *row, const void *act, int n) { return dot_q4_k_plain(row, act, n); }
+static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k_plain(row, act, n); }
+#endif
+
+/* Q5_0 and IQ4_NL (blocks of 32 against Q8_0 x, the fallbacks of Q4_K_M
+   for rows that are not whole super-blocks, such as dim 288 or 576): each
+   block's 32 values decoded to signed bytes, then dot_bytes, as dot_x32
+   does for Q4_0. */
+
+#if HAVE_AVX2
+// Q5_0's 32 values minus 16 as bytes: the nibbles, and bit j of qh as 16
+// in byte j (each byte picks its qh byte, then tests its own bit).
+static __m256i q5_0_bytes(const BlockQ5_0 *b) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+    __m256i qh = _mm256_shuffle_epi8(_mm256_set1_epi32((int)read_qh32(b->qh)),
+                                     _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(_mm256_or_si256(q, high), _mm256_set1_epi8(16));
+}
+
+// IQ4_NL's 32 values as bytes: each nibble looks up its level.
+static __m256i iq4_nl_bytes(const BlockIQ4_NL *b) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+    __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
+    return _mm256_shuffle_epi8(levels, q);
+}
+
+static float dot_q5_0(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(q5_0_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+    }
+    return sum_m256(acc);
+}
+
+static float dot_iq4_nl(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(iq4_nl_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+static float dot_q5_0(const void *row, const void *act, int n) {
+    const BlockQ5_0 *w = row;
+    const BlockQ8_0 *x = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int q[32];
+        int8_t bytes[32];
+        q5_values(q, w[i].qs, w[i].qh);
+        for (int k = 0; k < 32; k++) bytes[k] = (int8_t)(q[k] - 16);
+        int32x4_t sums = dot_bytes(vld1q_s8(bytes), vld1q_s8(bytes + 16), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums);
+    }
+    return sum;
+}
+
+static float dot_iq4_nl(const void *row, const void *act, int n) {
+    const BlockIQ4_NL *w = row;
+    const BlockQ8_0 *x = act;
+    const int8x16_t levels = vld1q_s8(iq4nl_values);
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        uint8x16_t packed = vld1q_u8(w[i].qs);
+        int8x16_t lo = vqtbl1q_s8(levels, vandq_u8(packed, vdupq_n_u8(0x0F))), hi = vqtbl1q_s8(levels, vshrq_n_u8(packed, 4));
+        int32x4_t sums = dot_bytes(lo, hi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums);
+    }
+    return sum;
+}
+
+#else
+static float dot_q5_0(const void *row, const void *act, int n) { return dot_q5_0_plain(row, act, n); }
+static float dot_iq4_nl(const void *row, const void *act, int n) { return dot_iq4_nl_plain(row, act, n); }
+#endif
+
 // The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
@@ -1851,6 +3110,41 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
                    .dot = dot_q4_0, .packed_bytes = 16 * QK / 2},
+    [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
+                   .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
+                   .dot = dot_q4_1_plain},
+    [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
+                   .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
+                   .dot = dot_q5_0},
+    [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
+                   .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
+                   .dot = dot_q5_1_plain},
+    [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
+                   .dot = dot_q2_k_plain},
+    [TYPE_Q3_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ3_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q3_k, .quantize = quantize_q3_k, .dot_plain = dot_q3_k_plain,
+                   .dot = dot_q3_k_plain},
+    [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
+                   .dot = dot_q4_k},
+    [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
+                   .dot = dot_q5_k_plain},
+    [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
+                   .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
+                   .dot = dot_q6_k},
+    [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
+                     .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
+                     .dot = dot_iq4_nl},
+    [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
+                     .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
+                     .dot = dot_iq4_xs_plain},
+    // activation formats only (no dot: never a weight)
+    [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
+                   .quantize = quantize_q8_1},
+    [TYPE_Q8_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ8_K), .dequantize = dequantize_q8_k,
+                   .quantize = quantize_q8_k},
 };
 
 // GGML's names, also for the types run.c does not read (messages).
@@ -1858,7 +3152,8 @@ static const char *type_name(uint32_t type) {
     static const char *names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
                                   "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS",
                                   "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",
-                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+                                  "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8",
+                                  "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
     return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }
 
@@ -2670,8 +3965,11 @@ static int choose_kernels(Transformer *t, const char *path) {
    line in error_message. */
 
 // Our own format: a 256-byte header, then 64-byte-aligned tensors (README).
+// Version 1 has one weight type for every matrix; version 2 (mixes such as
+// Q4_K_M) follows the header with a table of each matrix's own type.
 #define RUNC_MAGIC 0x434E5552u // the bytes "RUNC"
 #define RUNC_VERSION 1
+#define RUNC_VERSION_TYPES 2
 #define RUNC_HEADER_SIZE 256
 #define RUNC_ALIGN 64
 #define V0_HEADER_SIZE 28
@@ -2718,8 +4016,18 @@ static int check_config(const Config *c, const char *path) {
 typedef struct {
     const char *base;
     uint64_t offset;
-    uint64_t align; // 1 for version 0, RUNC_ALIGN for our format
+    uint64_t align;              // 1 for version 0, RUNC_ALIGN for our format
+    const unsigned char *types;  // RUNC version 2: each matrix's type (runc_type), else NULL
 } TensorWalk;
+
+// RUNC version 2's table: one int32 type per matrix in file order, the
+// embedding (0), then wq wk wv wo w1 w2 w3 (part p, layer l: 1 + p * n_layers
+// + l), then wcls when unshared. Without a table every matrix is weight_type.
+static int runc_matrix_count(const Config *c) { return 1 + 7 * c->n_layers + !c->shared_classifier; }
+
+static int runc_type(const unsigned char *types, int index, const Config *c) {
+    return types ? read_i32(types + 4 * (size_t)index) : c->weight_type;
+}
 
 static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
     w->offset = (w->offset + w->align - 1) / w->align * w->align;
@@ -2730,6 +4038,15 @@ static const char *walk_tensor(TensorWalk *w, uint64_t bytes) {
 
 static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int cols, int type) {
     return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
+}
+
+// Part p (0..6: wq .. w3) of our format, its layers back to back, each
+// layer in its own type.
+static const char *walk_part(TensorWalk *w, const Config *c, int p, int rows, int cols) {
+    uint64_t bytes = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        bytes += (uint64_t)rows * type_row_bytes(runc_type(w->types, 1 + p * c->n_layers + l, c), cols);
+    return walk_tensor(w, bytes);
 }
 
 // Where each tensor starts; the per-layer ones hold all layers back to back.
@@ -2758,46 +4075,52 @@ static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
     return w->offset;
 }
 
-// Our format: the norms first (always F32), then the matrices in weight_type.
+// Our format: the norms first (always F32), then the matrices in weight_type
+// (version 2: each in its type from the table).
 static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    int q_dim = c->n_heads * c->head_size;
     t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
-    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
-    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
-    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
-    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
-    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(runc_type(w->types, 0, c), c->dim));
+    t->wq = walk_part(w, c, 0, q_dim, c->dim);
+    t->wk = walk_part(w, c, 1, kv_dim(c), c->dim);
+    t->wv = walk_part(w, c, 2, kv_dim(c), c->dim);
+    t->wo = walk_part(w, c, 3, c->dim, q_dim);
+    t->w1 = walk_part(w, c, 4, c->hidden_dim, c->dim);
+    t->w2 = walk_part(w, c, 5, c->dim, c->hidden_dim);
+    t->w3 = walk_part(w, c, 6, c->hidden_dim, c->dim);
+    int wcls_type = runc_type(w->types, 1 + 7 * c->n_layers, c);
     t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
     return w->offset;
 }
 
-// Layer l's matrix inside a stacked tensor.
-static Matrix layer_matrix(const char *stack, int l, int rows, int cols, int type) {
-    return (Matrix){.data = stack + (size_t)l * rows * type_row_bytes(type, cols), .type = type, .rows = rows, .cols = cols};
-}
-
-static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
-    w->token_embedding = (Matrix){.data = t->token_embedding, .type = wt, .rows = c->vocab_size, .cols = c->dim};
-    w->wcls = (Matrix){.data = t->wcls, .type = wt, .rows = c->vocab_size, .cols = c->dim};
+// Points the weights at the tensors; types: RUNC version 2's table or NULL.
+static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c, const unsigned char *types) {
+    int q_dim = c->n_heads * c->head_size, L = c->n_layers;
+    w->token_embedding = (Matrix){.data = t->token_embedding, .type = runc_type(types, 0, c), .rows = c->vocab_size,
+                                  .cols = c->dim};
+    w->wcls = c->shared_classifier ? w->token_embedding
+                                   : (Matrix){.data = t->wcls, .type = runc_type(types, 1 + 7 * L, c),
+                                              .rows = c->vocab_size, .cols = c->dim};
     w->rms_final = (const float *)t->rms_final;
-    for (int l = 0; l < c->n_layers; l++) {
+    const char *parts[7] = {t->wq, t->wk, t->wv, t->wo, t->w1, t->w2, t->w3};
+    int rows[7] = {q_dim, kv_dim(c), kv_dim(c), c->dim, c->hidden_dim, c->dim, c->hidden_dim};
+    int cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
+    for (int l = 0; l < L; l++) {
         LayerWeights *lw = &w->layers[l];
         lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
         lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
-        lw->wq = layer_matrix(t->wq, l, q_dim, c->dim, wt);
-        lw->wk = layer_matrix(t->wk, l, kv_dim(c), c->dim, wt);
-        lw->wv = layer_matrix(t->wv, l, kv_dim(c), c->dim, wt);
-        lw->wo = layer_matrix(t->wo, l, c->dim, q_dim, wt);
-        lw->w1 = layer_matrix(t->w1, l, c->hidden_dim, c->dim, wt);
-        lw->w2 = layer_matrix(t->w2, l, c->dim, c->hidden_dim, wt);
-        lw->w3 = layer_matrix(t->w3, l, c->hidden_dim, c->dim, wt);
+    }
+    for (int p = 0; p < 7; p++) { // each part's layers back to back, each in its own type
+        const char *at = parts[p];
+        for (int l = 0; l < L; l++) {
+            Matrix *m = model_matrix(w, L, 7 * l + p);
+            int type = runc_type(types, 1 + p * L + l, c);
+            *m = (Matrix){.data = at, .type = type, .rows = rows[p], .cols = cols[p]};
+            at += (size_t)rows[p] * type_row_bytes(type, cols[p]);
+        }
     }
 }
 
@@ -2828,9 +4151,9 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     if (size < RUNC_HEADER_SIZE)
         return fail("%s: %zu bytes is too small for a run.c header (%d bytes)", path, size, RUNC_HEADER_SIZE);
     int version = read_i32(h + 4);
-    if (version != RUNC_VERSION)
-        return fail("%s: run.c format version %d is not supported (this build reads version %d)", path,
-                    version, RUNC_VERSION);
+    if (version != RUNC_VERSION && version != RUNC_VERSION_TYPES)
+        return fail("%s: run.c format version %d is not supported (this build reads versions %d and %d)", path,
+                    version, RUNC_VERSION, RUNC_VERSION_TYPES);
     c->dim = read_i32(h + 8);
     c->hidden_dim = read_i32(h + 12);
     c->n_layers = read_i32(h + 16);
@@ -2908,6 +4231,18 @@ static int check_input(const char *path) {
         return fail("%s: is a Hugging Face model directory; convert it with export.py --hf %s OUT, then run OUT", path, path);
     if (S_ISDIR(st.st_mode)) return fail("%s: is a directory, not a file", path);
     if (!S_ISREG(st.st_mode)) return fail("%s: is not a regular file (a FIFO or device?)", path);
+    return 0;
+}
+
+// RUNC version 2's type table: present whole, every type one run.c reads.
+static int runc_check_types(const unsigned char *types, const Config *c, size_t size, const char *path) {
+    int n = runc_matrix_count(c);
+    if (size < RUNC_HEADER_SIZE + 4 * (size_t)n)
+        return fail("%s: file ends inside its table of %d matrix types", path, n);
+    for (int i = 0; i < n; i++)
+        if (!type_supported(runc_type(types, i, c)))
+            return fail("%s: matrix %d has weight type %d (%s), which is not supported (%s)", path, i,
+                        runc_type(types, i, c), type_name((uint32_t)runc_type(types, i, c)), supported_type_names());
     return 0;
 }
 
@@ -3431,10 +4766,13 @@ static int load_weights(Transformer *t, const char *path) {
     int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
+    const unsigned char *types = !err && runc && read_i32(h + 4) == RUNC_VERSION_TYPES ? h + RUNC_HEADER_SIZE : NULL;
+    if (types && runc_check_types(types, c, t->map_size, path) != 0) return -1;
 
     // Size everything first (nothing is read), then point into the map.
     uint64_t header = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, align = runc ? RUNC_ALIGN : 1;
-    TensorWalk walk = {.base = NULL, .offset = header, .align = align};
+    if (types) header += 4 * (uint64_t)runc_matrix_count(c);
+    TensorWalk walk = {.base = NULL, .offset = header, .align = align, .types = types};
     TensorStarts starts;
     uint64_t expected = err ? 0 : runc ? walk_runc(&walk, &starts, c) : walk_v0(&walk, &starts, c);
     if (!err && expected != t->map_size)
@@ -3446,10 +4784,10 @@ static int load_weights(Transformer *t, const char *path) {
     if (err) return -1;
     t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights));
     if (!t->weights.layers) return fail("%s: out of memory", path);
-    walk = (TensorWalk){.base = t->map, .offset = header, .align = align};
+    walk = (TensorWalk){.base = t->map, .offset = header, .align = align, .types = types};
     if (runc) walk_runc(&walk, &starts, c);
     else walk_v0(&walk, &starts, c);
-    point_weights(&t->weights, &starts, c);
+    point_weights(&t->weights, &starts, c, types);
     return 0;
 }
 
@@ -3510,8 +4848,9 @@ static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned
     return 0;
 }
 
-// The tensors of our format, in order (README), each aligned.
-static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *row, unsigned char *out) {
+// The tensors of our format, in order (README), each aligned; types[i]:
+// matrix i's type in runc_type's order.
+static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, float *row, unsigned char *out) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
     int err = write_padding(f); // each tensor is aligned; its layers follow back to back
@@ -3519,16 +4858,16 @@ static int write_runc_tensors(FILE *f, const Transformer *t, int type, float *ro
     err = err || write_padding(f);
     for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
     err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
-    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, type, row, out);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], row, out);
     for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
         err = write_padding(f);
         for (int l = 0; l < c->n_layers && !err; l++) {
             const LayerWeights *lw = &w->layers[l];
             const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], type, row, out);
+            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], row, out);
         }
     }
-    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, type, row, out);
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], row, out);
     return err ? -1 : 0;
 }
 
@@ -3537,15 +4876,60 @@ static void put_i32(unsigned char *p, int32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
 }
 
-// Writes t to out_path in our format with matrices of the given type. The
-// file appears only when complete (written beside it, then renamed).
-int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int type) {
+/* Q4_K_M, the mix llama-quantize writes by default for "Q4_K_M" (ftype 15;
+   no --pure, no importance matrix), from llama.cpp's llama_tensor_get_type
+   for a dense llama model:
+   - the classifier (output.weight, or token_embd.weight when the classifier
+     is shared): Q6_K;
+   - attn_v and ffn_down of layer i: Q6_K if use_more_bits(i, n_layers),
+     else Q4_K: the first and last eighth of the layers and every third
+     layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2: layer 1);
+   - everything else (attn_q, attn_k, attn_output, ffn_gate, ffn_up, and
+     token_embd when the classifier is separate): Q4_K;
+   - rows that are not whole super-blocks of 256 fall back: Q4_K -> Q5_0,
+     Q6_K -> Q8_0, and F16 when not whole blocks of 32 either.
+   Checked against the shared k256.mix_q4_k_m.gguf, block for block. */
+enum { DTYPE_Q4_K_M = TYPE_COUNT }; // a --dtype beyond the type ids: the mix
+
+static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The type of matrix index (runc_type's order) when quantizing to dtype.
+static int matrix_dtype(int dtype, const Config *c, int index) {
+    if (dtype != DTYPE_Q4_K_M) return dtype;
+    int L = c->n_layers, part = index >= 1 && index <= 7 * L ? (index - 1) / L : -1, layer = (index - 1) % L;
+    int q_dim = c->n_heads * c->head_size, cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
+    int row_len = part >= 0 ? cols[part] : c->dim;
+    int classifier = index == 1 + 7 * L || (index == 0 && c->shared_classifier);
+    int type = TYPE_Q4_K;
+    if (classifier || ((part == 2 || part == 5) && use_more_bits(layer, L))) type = TYPE_Q6_K; // attn_v, ffn_down
+    if (row_len % QK_K) type = row_len % QK ? TYPE_F16 : type == TYPE_Q6_K ? TYPE_Q8_0 : TYPE_Q5_0;
+    return type;
+}
+
+// Whether --dtype may name dtype: a type the table writes, or the mix.
+static int dtype_writable(int dtype) {
+    return dtype == DTYPE_Q4_K_M || (type_supported(dtype) && type_traits[dtype].quantize);
+}
+
+// Writes t to out_path in our format with matrices of the given type (or
+// mix). One type for all: version 1; a mix: version 2, with its table of
+// types. The file appears only when complete (written beside it, then
+// renamed).
+int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int dtype) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
     if (check_output(out_path) != 0) return -1;
+    int n_types = runc_matrix_count(c), *types = malloc((size_t)n_types * sizeof(int)), mixed = 0, widest = c->dim;
+    if (!types) return fail("out of memory");
+    for (int i = 0; i < n_types; i++) mixed |= (types[i] = matrix_dtype(dtype, c, i)) != types[0];
+    if (c->hidden_dim > widest) widest = c->hidden_dim;
+    size_t row_bytes = (size_t)widest * sizeof(float); // a short row of blocks can outgrow its floats
+    for (int i = 0; i < n_types; i++)
+        if (type_row_bytes(types[i], widest) > row_bytes) row_bytes = type_row_bytes(types[i], widest);
+    int base = dtype == DTYPE_Q4_K_M ? TYPE_Q4_K : dtype; // version 2: the mix's main type, for messages
     unsigned char header[RUNC_HEADER_SIZE] = {0};
-    int32_t fields[] = {RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size,
-                        c->seq_len, c->head_size};
+    int32_t fields[] = {mixed ? RUNC_VERSION_TYPES : RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
+                        c->n_kv_heads, c->vocab_size, c->seq_len, c->head_size};
     put_i32(header, (int32_t)RUNC_MAGIC);
     for (int i = 0; i < 9; i++) put_i32(header + 4 + 4 * i, fields[i]);
     memcpy(header + 40, &c->rope_theta, 4);
@@ -3553,21 +4937,24 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     put_i32(header + 48, c->shared_classifier);
     put_i32(header + 52, c->bos_id);
     put_i32(header + 56, c->eos_id);
-    put_i32(header + 60, type);
+    put_i32(header + 60, mixed ? base : types[0]);
 
     size_t tmp_len = strlen(out_path) + 16;
     char *tmp = malloc(tmp_len);
-    int widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
     float *row = malloc((size_t)widest * sizeof(float));
-    size_t row_bytes = type_row_bytes(type, widest); // a short row of blocks can outgrow its floats
-    unsigned char *out = malloc(row_bytes > (size_t)widest * sizeof(float) ? row_bytes : (size_t)widest * sizeof(float));
-    if (!tmp || !row || !out) { free(tmp); free(row); free(out); return fail("out of memory"); }
+    unsigned char *out = malloc(row_bytes);
+    if (!tmp || !row || !out) { free(tmp); free(row); free(out); free(types); return fail("out of memory"); }
     snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
     int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
     if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
         err = fail("%s: write failed: %s", out_path, strerror(errno));
-    if (!err && write_runc_tensors(f, t, type, row, out) != 0) {
+    for (int i = 0; i < n_types && mixed && !err; i++) {
+        unsigned char entry[4];
+        put_i32(entry, types[i]);
+        if (fwrite(entry, 1, 4, f) != 4) err = fail("%s: write failed: %s", out_path, strerror(errno));
+    }
+    if (!err && write_runc_tensors(f, t, types, row, out) != 0) {
         char why[sizeof error_message];
         snprintf(why, sizeof why, "%s", error_message);
         err = fail("%s: %s", out_path, why);
@@ -3575,7 +4962,7 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
     if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
     if (err && f) remove(tmp);
-    free(tmp); free(row); free(out);
+    free(tmp); free(row); free(out); free(types);
     return err;
 }
 
@@ -3911,7 +5298,9 @@ void usage(FILE *f) {
         "mode and model:\n"
         "  -m <mode>                  generate | chat | tokenize | logits | bench | quantize\n"
         "                             (default generate)\n"
-        "      --dtype <type>         quantize mode: f32 | f16 | q8_0 | q4_0\n"
+        "      --dtype <type>         quantize mode: f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m\n"
+        "                             (llama-quantize's mix) | q2_k | q3_k | q5_k | q4_1 | q5_0 |\n"
+        "                             q5_1 | iq4_nl | iq4_xs\n"
         "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
         "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
         "      --threads <int>        threads (default: OMP_NUM_THREADS, else every core)\n"
@@ -3950,18 +5339,20 @@ static int parse_seed(const char *flag, const char *s, uint64_t *out) {
     return 0;
 }
 
-// A type the table can write, by its GGML name in lower case (q8_0).
+// A type the table can write, by its GGML name in lower case (q8_0), or
+// the mix q4_k_m.
 static int parse_dtype(const char *s, int *type) {
     char names[256] = "";
+    if (!strcmp(s, "q4_k_m")) { *type = DTYPE_Q4_K_M; return 0; }
     for (int t = 0; t < TYPE_COUNT; t++) {
-        if (!type_supported(t) || !type_traits[t].quantize) continue;
+        if (!dtype_writable(t)) continue;
         char name[16];
         snprintf(name, sizeof name, "%s", type_name((uint32_t)t));
         for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
         if (!strcmp(s, name)) { *type = t; return 0; }
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", name);
     }
-    return fail("--dtype: '%s' is not one of %s", s, names);
+    return fail("--dtype: '%s' is not one of %s, q4_k_m", s, names);
 }
 
 // The flag that arg names ("-t", "--temp", "--temp=0.5"), or -1; *value is
@@ -4061,7 +5452,7 @@ int parse_args(Options *o, int argc, char **argv) {
     if (o->mode_bit == MODE_LOGITS && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (o->mode_bit == MODE_QUANTIZE && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE");
+        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, ...)");
     return ARGS_OK;
 }
 

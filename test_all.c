@@ -1490,22 +1490,29 @@ static void test_matmat_fast_vs_plain(void) {
     set_threads(max_threads());
 }
 
-// The integer kernels quantize x to Q8_0 blocks first: q = round(x / d)
-// with d = amax/127, and the block's scale is d rounded to fp16, s. Then
+// The integer kernels quantize x to blocks of their act_type first (Q8_0,
+// Q8_1: 32 values, Q8_K: 256): q = round(x / d) with d = amax/127, and the
+// block's scale is d, rounded to fp16 (s) except in Q8_K. Then
 // |x - s q| <= d/2 + |d - s| * 127, so a row's result may move by at most
 // sum over blocks of (sum |w|) * (d/2 + 127 |d - s|), plus float order.
+// Q8_1 also stores d * sum(q) in fp16, which multiplies the weights' block
+// offset (at most max|w| in size): up to 2^-11 of max|w| * sum|x| more.
 static double activation_bound(const Matrix *m, int row, const float *x) {
     float *w = malloc((size_t)m->cols * sizeof(float));
     dequantize_row(w, m, row);
+    int act = type_traits[m->type].act_type, block = type_traits[act].block_size;
     double bound = 0.0;
-    for (int b = 0; b * QK < m->cols; b++) {
-        double amax = 0.0, wsum = 0.0;
-        for (int k = b * QK; k < m->cols && k < (b + 1) * QK; k++) {
+    for (int b = 0; b * block < m->cols; b++) {
+        double amax = 0.0, wsum = 0.0, wmax = 0.0, xsum = 0.0;
+        for (int k = b * block; k < m->cols && k < (b + 1) * block; k++) {
             if (fabs(x[k]) > amax) amax = fabs(x[k]);
+            if (fabs(w[k]) > wmax) wmax = fabs(w[k]);
             wsum += fabs(w[k]);
+            xsum += fabs(x[k]);
         }
-        float d = (float)amax / 127.0f, rounded = f16_to_f32(f32_to_f16(d));
+        float d = (float)amax / 127.0f, rounded = act == TYPE_Q8_K ? d : f16_to_f32(f32_to_f16(d));
         bound += wsum * (d * 0.5 + 127.0 * fabs((double)d - rounded)) * 1.001; // 0.1%: float slack
+        if (act == TYPE_Q8_1) bound += wmax * xsum * 0x1p-10;
     }
     bound += order_bound(w, x, m->cols);
     free(w);
@@ -1956,6 +1963,59 @@ static void test_dot_extremes(void) {
     }
 }
 
+// The fp16 scale fields of a block of the types below set to 1.0 (their
+// other bytes stay as given), so that every value is an integer.
+static void unit_scales(void *block, int type) {
+    uint16_t one = 0x3C00;
+    switch (type) {
+    case TYPE_Q4_1: ((BlockQ4_1 *)block)->d = ((BlockQ4_1 *)block)->m = one; break;
+    case TYPE_Q5_0: ((BlockQ5_0 *)block)->d = one; break;
+    case TYPE_Q5_1: ((BlockQ5_1 *)block)->d = ((BlockQ5_1 *)block)->m = one; break;
+    case TYPE_Q2_K: ((BlockQ2_K *)block)->d = ((BlockQ2_K *)block)->dmin = one; break;
+    case TYPE_Q3_K: ((BlockQ3_K *)block)->d = one; break;
+    case TYPE_Q4_K: ((BlockQ4_K *)block)->d = ((BlockQ4_K *)block)->dmin = one; break;
+    case TYPE_Q5_K: ((BlockQ5_K *)block)->d = ((BlockQ5_K *)block)->dmin = one; break;
+    case TYPE_Q6_K: ((BlockQ6_K *)block)->d = one; break;
+    case TYPE_IQ4_NL: ((BlockIQ4_NL *)block)->d = one; break;
+    case TYPE_IQ4_XS: ((BlockIQ4_XS *)block)->d = one; break;
+    }
+}
+
+// The other types at their integer extremes: every quant, scale and min
+// byte all ones, all zeros or random, x at +-127, unit fp16 scales. The
+// dequantized row times x is then an exact integer; dot and dot_plain
+// must give it within float rounding of their (large) integer sums.
+static void test_dot_extremes_all(void) {
+    enum { N = 2 * 256, TRIALS = 24 };
+    static const int types[] = {TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K,
+                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS};
+    uint64_t rng = 17;
+    for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
+        const TypeTraits *tt = &type_traits[types[ty]], *at = &type_traits[tt->act_type];
+        unsigned char row[N / 32 * 64], act[N / 32 * 64];
+        float w[N], x[N];
+        int bad = 0;
+        char where[160] = "";
+        for (int trial = 0; trial < TRIALS; trial++) {
+            size_t row_bytes = (size_t)(N / tt->block_size) * tt->block_bytes;
+            for (size_t i = 0; i < row_bytes; i++) row[i] = trial == 0 ? 0xFF : trial == 1 ? 0 : (unsigned char)next_random(&rng);
+            for (int b = 0; b < N / tt->block_size; b++) unit_scales(row + (size_t)b * tt->block_bytes, types[ty]);
+            for (int k = 0; k < N; k++) x[k] = trial % 3 == 2 ? (next_random(&rng) & 1 ? 127.0f : -127.0f) : trial % 3 ? -127.0f : 127.0f;
+            at->quantize(act, x, N); // exact: amax 127 makes the step 1
+            tt->dequantize(w, row, N);
+            double expect = 0.0, size = 0.0;
+            for (int k = 0; k < N; k++) { expect += (double)w[k] * x[k]; size += fabs((double)w[k] * x[k]); }
+            double fast = tt->dot(row, act, N), plain = tt->dot_plain(row, act, N), limit = 1e-6 * size + 1e-3;
+            if ((fabs(fast - expect) > limit || fabs(plain - expect) > limit) && !bad++)
+                format_text(where, sizeof where, "; first: trial %d, %.9g (plain %.9g) instead of %.9g", trial, fast, plain, expect);
+        }
+        char name[128];
+        format_text(name, sizeof name, "kernels: %s dot and dot_plain exact (to float rounding) at the integer extremes",
+                    type_name((uint32_t)types[ty]));
+        report(name, bad == 0, "%d rows of %d values, %d off%s", TRIALS, N, bad, where);
+    }
+}
+
 // Logits of ids fed one by one, and in batches split at odd places.
 static void test_batched_prefill(const char *path, const char *label) {
     Transformer one, batch;
@@ -2041,17 +2101,48 @@ static void test_f16_conversions(void) {
 }
 
 // -m quantize against llama.cpp: the reference GGUF files were quantized by
-// llama-quantize from an mkmodel checkpoint named in their model.txt; our
-// quantization of that checkpoint must give the same bytes, tensor by tensor.
+// llama-quantize from an mkmodel checkpoint; our quantization of that
+// checkpoint (type, or the mix DTYPE_Q4_K_M) must give the same bytes,
+// tensor by tensor, each tensor in the same type. gguf_name: a file of
+// SHARED/models/gguf; args: mkmodel's arguments after the output file.
+static void quantize_like_llama_cpp(const char *gguf_name, const char *const *args, int dtype) {
+    char name[160], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE], label[64];
+    const char *dtype_name = dtype == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)dtype);
+    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", dtype_name, gguf_name);
+    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%s", shared, gguf_name);
+    format_text(label, sizeof label, "from-%s", gguf_name);
+    if (make_model(label, args, source) != 0) { report(name, 0, "mkmodel failed"); return; }
+    format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name);
+    Transformer src, ours, theirs;
+    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
+    int err = quantize_mode(&src, source, out, dtype);
+    transformer_close(&src);
+    if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
+    if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
+    int n = 0, differ = 0;
+    char first[128] = "";
+    for (int i = -1; i < 7 * ours.config.n_layers + 1 && ours.config.n_layers == theirs.config.n_layers; i++, n++) {
+        const Matrix *a = i < 0 ? &ours.weights.token_embedding : model_matrix(&ours.weights, ours.config.n_layers, i);
+        const Matrix *b = i < 0 ? &theirs.weights.token_embedding : model_matrix(&theirs.weights, theirs.config.n_layers, i);
+        size_t bytes = (size_t)a->rows * type_row_bytes(a->type, a->cols);
+        if ((a->type != b->type || a->rows != b->rows || a->cols != b->cols || memcmp(a->data, b->data, bytes) != 0) && !differ++)
+            format_text(first, sizeof first, "; first: matrix %d, ours %s, theirs %s", i, type_name((uint32_t)a->type),
+                        type_name((uint32_t)b->type));
+    }
+    report(name, n > 2 && differ == 0, "%d tensors compared, %d differ%s", n, differ, first);
+    transformer_close(&ours);
+    transformer_close(&theirs);
+    remove(out);
+}
+
+// The same for a case of reference/gguf: its model.txt says "FILE.gguf:
+// mkmodel g128.bin ARGS..., converted by ...".
 static void test_quantize_like_llama_cpp(const char *case_name, int type) {
-    char name[160], desc_path[PATH_SIZE], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE];
-    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", type_name((uint32_t)type), case_name);
+    char desc_path[PATH_SIZE], file[128], args_text[256] = "", *args[16];
     format_text(desc_path, sizeof desc_path, "%s/reference/gguf/%s/model.txt", shared, case_name);
     Bytes desc = {0};
-    if (load_file(desc_path, &desc) != 0) { report(name, 0, "cannot read %s", desc_path); return; }
-    // "FILE.gguf: mkmodel g128.bin ARGS..., converted by ...": the checkpoint is mkmodel ARGS
+    if (load_file(desc_path, &desc) != 0) { report(desc_path, 0, "cannot read it"); return; }
     const char *colon = memchr(desc.data, ':', desc.len), *mk = colon ? strstr(colon, "mkmodel ") : NULL;
-    char args_text[256] = "", *args[16];
     int n_args = 0;
     if (mk) {
         const char *end = strchr(mk, ',');
@@ -2059,39 +2150,24 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
         for (char *tok = strtok(args_text, " "); tok && n_args < 15; tok = strtok(NULL, " ")) args[n_args++] = tok;
     }
     args[n_args] = NULL;
-    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%.*s", shared, colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
+    format_text(file, sizeof file, "%.*s", colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
     bytes_free(&desc);
-    if (n_args < 3) { report(name, 0, "model.txt names no mkmodel command"); return; }
-    char label[64];
-    format_text(label, sizeof label, "from-%s", case_name);
-    if (make_model(label, (const char *const *)args + 2, source) != 0) { report(name, 0, "mkmodel failed"); return; }
-    format_text(out, sizeof out, "build/tmp/%s.%s.bin", case_name, type_name((uint32_t)type));
-    Transformer src, ours, theirs;
-    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
-    int err = quantize_mode(&src, source, out, type);
-    transformer_close(&src);
-    if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
-    if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
-    const Matrix *a[64], *b[64];
-    int n = 0;
-    a[n] = &ours.weights.token_embedding; b[n++] = &theirs.weights.token_embedding;
-    a[n] = &ours.weights.wcls; b[n++] = &theirs.weights.wcls;
-    for (int l = 0; l < ours.config.n_layers && l < theirs.config.n_layers && n + 7 <= 64; l++) {
-        LayerWeights *x = &ours.weights.layers[l], *y = &theirs.weights.layers[l];
-        const Matrix *mx[7] = {&x->wq, &x->wk, &x->wv, &x->wo, &x->w1, &x->w2, &x->w3};
-        const Matrix *my[7] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w1, &y->w2, &y->w3};
-        for (int k = 0; k < 7; k++) { a[n] = mx[k]; b[n++] = my[k]; }
-    }
-    int differ = 0;
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)a[i]->rows * type_row_bytes(a[i]->type, a[i]->cols);
-        differ += a[i]->type != b[i]->type || a[i]->rows != b[i]->rows || a[i]->cols != b[i]->cols ||
-                  memcmp(a[i]->data, b[i]->data, bytes) != 0;
-    }
-    report(name, n > 2 && differ == 0 && ours.config.n_layers == theirs.config.n_layers, "%d tensors compared, %d differ", n, differ);
-    transformer_close(&ours);
-    transformer_close(&theirs);
-    remove(out);
+    if (n_args < 3) { report(desc_path, 0, "model.txt names no mkmodel command"); return; }
+    quantize_like_llama_cpp(file, (const char *const *)args + 2, type);
+}
+
+// The k256 files (SHARED/README.md): `mkmodel k256.bin 256 768 2 4 2 512 256
+// --seed 21` quantized by llama-quantize, --pure to one type, and the
+// default Q4_K_M mix.
+static void test_quantize_like_llama_cpp_k256(void) {
+    static const char *const k256[] = {"256", "768", "2", "4", "2", "512", "256", "--seed", "21", NULL};
+    static const struct { const char *file; int dtype; } files[] = {
+        {"k256.q4_k.gguf", TYPE_Q4_K}, {"k256.q6_k.gguf", TYPE_Q6_K}, {"k256.mix_q4_k_m.gguf", DTYPE_Q4_K_M},
+        {"k256.q2_k.gguf", TYPE_Q2_K}, {"k256.q3_k.gguf", TYPE_Q3_K}, {"k256.q5_k.gguf", TYPE_Q5_K},
+        {"k256.q4_1.gguf", TYPE_Q4_1}, {"k256.q5_0.gguf", TYPE_Q5_0}, {"k256.q5_1.gguf", TYPE_Q5_1},
+        {"k256.iq4_nl.gguf", TYPE_IQ4_NL}, {"k256.iq4_xs.gguf", TYPE_IQ4_XS},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) quantize_like_llama_cpp(files[i].file, k256, files[i].dtype);
 }
 
 // Quality of quantized weights (the target: Q8_0 keeps top-1 >= 99%): each
@@ -2103,11 +2179,13 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
 // measured 550/555 (99.1%) with the AVX-512 VNNI kernels, 549-552 with the
 // other builds' kernels, 551 with float activations (weight rounding alone),
 // worst error 2.3e-2 to 3.1e-2. Limits: Q8_0 top-1 >= 98.5% and error 5e-2;
-// Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46).
+// Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46); Q6_K >= 95% and 0.2
+// (measured 98.7%, 0.084); Q4_K and the Q4_K_M mix >= 85% and 0.8 (93.7%,
+// 0.25 and 96.9%, 0.18). README has every type's figures.
 static void test_quantized_quality(int type, double min_top1, double max_error) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], name[160], problem[512] = "";
     format_text(name, sizeof name, "%s quality against fp32 on the logits cases' ids: top-1 agreement >= %.1f%%, worst error <= %.0e",
-                type_name((uint32_t)type), 100 * min_top1, max_error);
+                type == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)type), 100 * min_top1, max_error);
     shared_path(dir, "reference/logits");
     NameList cases;
     if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) { report(name, 0, "no cases in %s", dir); return; }
@@ -2117,7 +2195,7 @@ static void test_quantized_quality(int type, double min_top1, double max_error) 
         char model[PATH_SIZE], out[PATH_SIZE], path[PATH_SIZE];
         format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
         format_text(path, sizeof path, "%s/model.txt", case_dir);
-        format_text(out, sizeof out, "build/tmp/quality.%s.bin", type_name((uint32_t)type));
+        format_text(out, sizeof out, "build/tmp/quality.%d.bin", type);
         Bytes description;
         if (load_file(path, &description) != 0) { err = set_problem(problem, sizeof problem, "cannot read %s", path); break; }
         err = resolve_model(description.data, model, problem, sizeof problem);
@@ -2159,6 +2237,7 @@ static void kernel_tests(void) {
     test_row_kernels();
     test_bf16_rows();
     test_dot_extremes();
+    test_dot_extremes_all();
     test_small_twins();
     test_dispatch_not_finite();
     test_exp_row();
@@ -2175,12 +2254,18 @@ static void kernel_tests(void) {
     test_batched_prefill(path, "g128 Q8_0 GGUF");
     shared_path(path, "models/gguf/g128.q4_0.gguf");
     test_batched_prefill(path, "g128 Q4_0 GGUF");
+    shared_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
+    test_batched_prefill(path, "k256 Q4_K_M GGUF");
     test_kv_f16();
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
+    test_quantize_like_llama_cpp_k256();
     test_quantized_quality(TYPE_Q8_0, 0.985, 5e-2);
     test_quantized_quality(TYPE_Q4_0, 0.85, 0.8);
+    test_quantized_quality(TYPE_Q6_K, 0.95, 0.2);
+    test_quantized_quality(TYPE_Q4_K, 0.85, 0.8);
+    test_quantized_quality(DTYPE_Q4_K_M, 0.85, 0.8);
 }
 
 /* ============================================================================
@@ -3088,7 +3173,7 @@ static void test_bad_v1(const CliFiles *f) {
            status_text(r.status, status, sizeof status));
     cli_free(&r);
     struct { const char *label; int offset; uint32_t value; } patches[] = {
-        {"version 2", 4, 2},
+        {"version 3", 4, 3},
         {"version 0 with the RUNC magic", 4, 0},
         {"head_size not dim / n_heads", 36, get_le32(data + 36) * 2},
         {"unknown weight_type 99", 60, 99},
@@ -3114,6 +3199,44 @@ static void test_bad_v1(const CliFiles *f) {
     expect_bad_checkpoint("bad v1 checkpoint: header only", "build/bad/v1-header-only.bin");
     free(longer);
     bytes_free(&v1);
+}
+
+// RUNC version 2 (a mix, with its table of matrix types): stories260K as
+// Q4_K_M (dim 64: Q5_0 and Q8_0, llama-quantize's fallbacks for Q4_K and
+// Q6_K; the last layer's attn_v is one of use_more_bits') loads with the
+// types the rules give, and damaged tables are refused.
+static void test_runc_v2(const CliFiles *f) {
+    const char *path = "build/bad/v2-good.bin";
+    Transformer src, t;
+    if (transformer_open(&src, f->stories) != 0 || quantize_mode(&src, f->stories, path, DTYPE_Q4_K_M) != 0) {
+        report("RUNC version 2: stories260K as Q4_K_M", 0, "%s", error_message);
+        return;
+    }
+    transformer_close(&src);
+    Bytes v2;
+    int bad = 0, n = 0;
+    if (load_file(path, &v2) != 0 || transformer_open(&t, path) != 0) {
+        report("RUNC version 2: stories260K as Q4_K_M", 0, "%s", error_message);
+        return;
+    }
+    unsigned char *data = (unsigned char *)v2.data;
+    for (int i = 0; i < runc_matrix_count(&t.config); i++, n++) {
+        int L = t.config.n_layers, part = (i - 1) / L, layer = (i - 1) % L; // the table's order: part by part
+        const Matrix *m = i == 0 ? &t.weights.token_embedding : i == 1 + 7 * L ? &t.weights.wcls
+                                 : model_matrix(&t.weights, L, 7 * layer + part);
+        bad += m->type != (int)get_le32(data + 256 + 4 * i) || m->type != matrix_dtype(DTYPE_Q4_K_M, &t.config, i);
+    }
+    int version = (int)get_le32(data + 4), last_v = (int)get_le32(data + 256 + 4 * (1 + 2 * t.config.n_layers + t.config.n_layers - 1));
+    report("RUNC version 2: stories260K as Q4_K_M loads, each matrix in the type of its table entry", version == 2 && bad == 0 &&
+           last_v == TYPE_Q8_0 && t.weights.layers[0].wq.type == TYPE_Q5_0, "version %d, %d matrices, %d off, last attn_v %s", version, n,
+           bad, type_name((uint32_t)last_v));
+    transformer_close(&t);
+    put_le32(data + 256 + 4 * 3, 16); // IQ2_XXS
+    save_file("build/bad/v2-iq2.bin", data, v2.len);
+    expect_bad_checkpoint("bad v2 checkpoint: a matrix of type IQ2_XXS in the table", "build/bad/v2-iq2.bin");
+    save_file("build/bad/v2-cut.bin", data, 256 + 8);
+    expect_bad_checkpoint("bad v2 checkpoint: cut inside the type table", "build/bad/v2-cut.bin");
+    bytes_free(&v2);
 }
 
 // Fills the paths the command-line tests share and writes their small
@@ -3159,6 +3282,7 @@ static void cli_tests(void) {
     test_bad_tokenizers(&f);
     test_bad_input_files(&f);
     test_bad_v1(&f);
+    test_runc_v2(&f);
 }
 
 /* ============================================================================
@@ -4174,17 +4298,20 @@ static void chat_tests(void) {
 // the file's name tells; -1 if it names none.
 static double gguf_tolerance(const char *file_name) {
     static const struct { const char *type; double tolerance; } types[] = {
-        {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4},
+        {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4}, {"q4_1", 3e-2}, {"q5_0", 3e-2},
+        {"q5_1", 3e-2}, {"q2_k", 3e-2}, {"q3_k", 3e-2}, {"q4_k", 3e-2}, {"q5_k", 3e-2}, {"q6_k", 3e-2},
+        {"iq4_nl", 3e-2}, {"iq4_xs", 3e-2},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strstr(file_name, types[i].type)) return types[i].tolerance;
     return -1;
 }
 
-// Every case of reference/gguf, within its file type's tolerance.
-static void test_gguf_logits(void) {
+// Every case of SHARED/dir_relative (reference/gguf, reference/kquants),
+// within its file type's tolerance.
+static void test_gguf_logits(const char *dir_relative) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
-    shared_path(dir, "reference/gguf");
+    shared_path(dir, dir_relative);
     NameList cases;
     if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
         report("logits: GGUF reference cases", 0, "no case directories in %s", dir);
@@ -4204,7 +4331,7 @@ static void test_gguf_logits(void) {
         if (tolerance < 0) {
             char name[256];
             format_text(name, sizeof name, "logits %s", cases.names[i]);
-            report(name, 0, "cannot tell the weight type (f32, f16, q8_0, q4_0) from %s", path);
+            report(name, 0, "cannot tell the weight type (f32, f16, q8_0, q4_0, q4_k, ...) from %s", path);
             continue;
         }
         run_logits_case(case_dir, cases.names[i], tolerance);
@@ -4712,6 +4839,40 @@ static int tensor_index(const GgufMarks *m, const char *name) {
     return 0;
 }
 
+// A tensor of a type run.c does not compute with (IQ1/IQ2/IQ3, TQ1_0/TQ2_0,
+// ...) is refused in one line naming the tensor and the type, listing
+// every supported type and saying what to do.
+static void test_gguf_unsupported_types(const Buffer *good, const GgufMarks *m) {
+    static const struct { uint32_t id; const char *name; } types[] = {
+        {16, "IQ2_XXS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {21, "IQ3_S"}, {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}};
+    static const char *const supported[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K",
+                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"};
+    int v = tensor_index(m, "blk.1.attn_v.weight"), bad = 0;
+    char first[600] = "";
+    unsigned char *copy = malloc(good->len);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        memcpy(copy, good->data, good->len);
+        put_le32(copy + m->type_at[v], types[i].id);
+        // refused when a model uses the tensor (the file still parses, for -z)
+        Transformer t;
+        save_file("build/bad/unsupported-type.gguf", copy, good->len);
+        int refused = transformer_open(&t, "build/bad/unsupported-type.gguf") != 0, ok = refused;
+        if (!refused) transformer_close(&t);
+        ok = ok && strstr(error_message, "blk.1.attn_v.weight") && strstr(error_message, types[i].name) &&
+             strstr(error_message, "llama-quantize") && !strchr(error_message, '\n');
+        for (size_t s = 0; s < sizeof supported / sizeof supported[0]; s++) {
+            char listed[16], last[16];
+            format_text(listed, sizeof listed, " %s,", supported[s]); // each listed whole
+            format_text(last, sizeof last, " %s)", supported[s]);
+            ok = ok && (strstr(error_message, listed) || strstr(error_message, last));
+        }
+        if (!ok && !bad++) format_text(first, sizeof first, "; type %s: %s", types[i].name, refused ? error_message : "accepted");
+    }
+    free(copy);
+    report("bad GGUF: unsupported tensor types refused naming tensor and type, listing the supported ones", bad == 0,
+           "%zu types, %d wrong%s", sizeof types / sizeof types[0], bad, first);
+}
+
 static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t alignment) {
     int q = tensor_index(m, "blk.0.attn_q.weight"), k = tensor_index(m, "blk.0.attn_k.weight");
     int v = tensor_index(m, "blk.0.attn_v.weight"), down = tensor_index(m, "blk.0.ffn_down.weight");
@@ -4736,7 +4897,8 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         {"overlapping tensors (attn_k inside attn_q)", m->offset_at[k], 8, m->offset[q] + alignment, NULL},
         {"wrong shape (ffn_down with half its rows)", m->n_dims_at[down] + 12, 8, down_rows / 2, NULL},
         {"a tensor with 5 dimensions", m->n_dims_at[q], 4, 5, NULL},
-        {"tensor type IQ2_XXS (16)", m->type_at[q], 4, 16, "IQ2_XXS"},
+        {"tensor type Q4_K (12) on rows of 64, not whole blocks of 256", m->type_at[q], 4, 12, "Q4_K"},
+        {"tensor type IQ2_XXS (16), which run.c does not read", m->type_at[q], 4, 16, "IQ2_XXS"},
         {"tensor type 99 (no such type)", m->type_at[q], 4, 99, NULL},
         {"cut inside the header", 12, 0, 0, NULL},
         {"cut inside the metadata", m->in_values, 0, 0, NULL},
@@ -4773,6 +4935,7 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         }
     }
     free(copy);
+    test_gguf_unsupported_types(good, m);
 }
 
 // Files another architecture or tokenizer made, and a vocabulary-only file
@@ -4814,7 +4977,8 @@ static void gguf_tests(void) {
     CliFiles f;
     char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
     if (cli_files_init(&f, "GGUF: fixtures") != 0) return;
-    test_gguf_logits();
+    test_gguf_logits("reference/gguf");
+    test_gguf_logits("reference/kquants");
     test_gguf_vocab(&f);
     test_gguf_greedy();
     test_gguf_tiny_random();
@@ -5172,11 +5336,11 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     cli_free(&again);
 }
 
-// export.py --dtype f16|q8_0|q4_0 rounds exactly as ./run -m quantize does
+// export.py --dtype f16|q8_0|q4_0|q5_0|q4_k|q6_k|q4_k_m rounds exactly as ./run -m quantize does
 // (which the kernel tests hold to llama-quantize's bytes): the files match.
 static void test_export_dtypes(const char *label, const char *v0_path) {
-    static const char *const dtypes[] = {"f16", "q8_0", "q4_0"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const dtypes[] = {"f16", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k", "q4_k_m"};
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         char name[160], py_out[PATH_SIZE], c_out[PATH_SIZE], status[64], err[256];
         format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtypes[i], label);
         format_text(py_out, sizeof py_out, "build/export/%s-export.%s.bin", label, dtypes[i]);
@@ -5241,6 +5405,11 @@ static void export_tests(void) {
     test_llama2c_export("stories260K", stories, "build/export/stories260K-llama2c.bin");
     test_export_dtypes("stories260K", stories);
     test_export_dtypes("gqa-untied", gqa);
+    // rows of whole super-blocks: Q4_K_M's own types (Q6_K for the classifier and layer 1's attn_v, ffn_down)
+    static const char *const k256_args[] = {"256", "768", "2", "4", "2", "512", "256", "--seed", "21", NULL};
+    char k256[PATH_SIZE];
+    if (make_model("export-k256", k256_args, k256) == 0) test_export_dtypes("k256", k256);
+    else report("export.py: k256 model", 0, "mkmodel failed");
     test_llama2c_export("gqa-untied", gqa, "build/export/gqa-untied-llama2c.bin");
     // README specifies the format completely: export.py writes what the tests' own writer writes.
     convert_to_v1(stories, "build/export/stories260K-ours.v1.bin", 10000.0f, 1e-5f);

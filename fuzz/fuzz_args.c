@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             strcmp(o.mode, "bench") && strcmp(o.mode, "quantize"))
             abort();
         if (!strcmp(o.mode, "logits") && (!o.prompt_file || !o.output)) abort();
-        if (!strcmp(o.mode, "quantize") && (!o.output || !type_supported(o.dtype) || !type_traits[o.dtype].quantize))
+        if (!strcmp(o.mode, "quantize") && (!o.output || !dtype_writable(o.dtype)))
             abort();
         if (o.prompt && o.prompt_file) abort();
     }

@@ -95,7 +95,7 @@ static size_t fuzz_fix_size(uint8_t *data, size_t size, size_t max_size) {
     int runc = (uint32_t)read_i32(data) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(&c, data, size, "fuzz") : parse_header_v0(&c, data, size, "fuzz");
     if (err != 0 || check_config(&c, "fuzz") != 0) return size;
-    TensorWalk walk = {NULL, runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, runc ? RUNC_ALIGN : 1};
+    TensorWalk walk = {.offset = runc ? RUNC_HEADER_SIZE : V0_HEADER_SIZE, .align = runc ? RUNC_ALIGN : 1};
     TensorStarts starts;
     uint64_t expected = runc ? walk_runc(&walk, &starts, &c) : walk_v0(&walk, &starts, &c);
     if (expected > max_size) return size;
