@@ -536,7 +536,8 @@ typedef struct {
     int byte_token[256];   // id of <0xXX> (byte-level BPE: of the one-byte token), or -1
     int *table;            // (table_size) piece hash table of ids, -1 = empty
     size_t table_size;     // a power of two
-    int eog[MAX_EOG];      // tokens that end generation besides BOS and EOS (GGUF: EOT, ...)
+    int eog[MAX_EOG];      // tokens that end generation besides BOS and EOS (GGUF: EOT, ...;
+                           // see ends_generation)
     int n_eog;
     // byte-level BPE (GPT-2, Llama 3, Qwen 2) only:
     int byte_level;        // 1: byte-level BPE, 0: SentencePiece
@@ -790,6 +791,15 @@ const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
     }
     if (prev_token == tk->bos_id && p[0] == ' ' && !tk->byte_level) { p++; (*len)--; }
     return p;
+}
+
+// Whether generation stops at token: BOS (llama2.c's models end a text
+// with it), EOS, and the model's other end-of-generation tokens (GGUF).
+static int ends_generation(const Tokenizer *tk, int token) {
+    if (token == tk->bos_id || token == tk->eos_id) return 1;
+    for (int i = 0; i < tk->n_eog; i++)
+        if (token == tk->eog[i]) return 1;
+    return 0;
 }
 
 /* ----------------------------------------------------------------------------
@@ -1310,8 +1320,8 @@ static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_to
 }
 
 // llama2.c's generate: steps counts positions, prompt included (BOS is
-// position 0); the prompt is echoed; generation ends at BOS or EOS or after
-// steps positions. Timing goes to stderr. 0 on success, -1 with error_message.
+// position 0); the prompt is echoed; generation ends at BOS, EOS or another
+// end-of-generation token, or after steps positions. Timing goes to stderr. 0 on success, -1 with error_message.
 int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int steps, FILE *out) {
     const Config *c = &t->config;
     int n_prompt;
@@ -1348,7 +1358,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
         }
         int next = sample(s, logits, history, pos + 1);
         n_generated++;
-        if (next == c->bos_id || next == c->eos_id) break;
+        if (ends_generation(tk, next)) break;
         size_t len;
         const char *piece = decode(tk, token, next, &len);
         text_put(&text, piece, len);
@@ -1552,7 +1562,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
             break;
         }
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
-        if (next == c->eos_id || next == c->bos_id) break;
+        if (ends_generation(chat->tk, next)) break;
         size_t len;
         const char *piece = decode(chat->tk, prev, next, &len);
         text_put(&text, piece, len);
@@ -3679,6 +3689,29 @@ static int gguf_vocab_sentencepiece(Tokenizer *tk, const Gguf *g, const char *pa
     return 0;
 }
 
+static void add_eog(Tokenizer *tk, int64_t id) {
+    if (id < 0 || id >= tk->vocab_size || id == tk->eos_id || tk->n_eog == MAX_EOG) return;
+    for (int i = 0; i < tk->n_eog; i++)
+        if (tk->eog[i] == id) return;
+    tk->eog[tk->n_eog++] = (int)id;
+}
+
+// The end-of-generation tokens besides EOS, as llama.cpp finds them: the
+// EOT and EOM ids the file names, and every token spelled as one of the
+// end-of-turn markers models use (Llama 3's <|eot_id|> and <|end_of_text|>,
+// ChatML's <|im_end|>, Qwen's <|endoftext|>, ...).
+static void gguf_eog(Tokenizer *tk, const Gguf *g) {
+    static const char *const markers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                          "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+    int64_t id;
+    if (gguf_int(g, "tokenizer.ggml.eot_token_id", -1, &id) == 0) add_eog(tk, id);
+    if (gguf_int(g, "tokenizer.ggml.eom_token_id", -1, &id) == 0) add_eog(tk, id);
+    for (int i = 0; i < tk->vocab_size; i++)
+        for (size_t m = 0; m < sizeof markers / sizeof *markers; m++)
+            if (tk->vocab[i][0] == '<' || tk->vocab[i][0] == '_')
+                if (!strcmp(tk->vocab[i], markers[m])) add_eog(tk, i);
+}
+
 // The vocabulary of a GGUF file: SentencePiece or byte-level BPE.
 static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
     size_t len;
@@ -3692,6 +3725,7 @@ static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_
                     path, (int)(len < 64 ? len : 64), model);
     if (err) return -1;
     tk->ids_known = 1;
+    gguf_eog(tk, g);
     const char *template = gguf_string(g, "tokenizer.chat_template", &len);
     if (template) {
         tk->chat_template = 0;

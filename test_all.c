@@ -4794,6 +4794,105 @@ static void bpe_tests(void) {
 }
 
 /* ============================================================================
+   Llama 3 family: end of generation */
+
+// Id of the token whose piece is text (raw bytes for byte-level BPE), or -1.
+static int token_by_text(const Tokenizer *tk, const char *text) {
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (!strcmp(tk->vocab[id], text)) return id;
+    return -1;
+}
+
+// Generation stops at EOS and at the model's other end-of-turn tokens, and
+// only there: not at a token that merely was the model's BOS default.
+static void test_eog_tokens(const char *prefix, const char *const *stop, const char *const *go) {
+    char name[256];
+    const VocabInfo *v = vocab_for(prefix);
+    format_text(name, sizeof name, "end of generation: the tokens of %s", v->tokenizer);
+    Tokenizer tk;
+    if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); return; }
+    const char *wrong = NULL;
+    for (int i = 0; stop[i] && !wrong; i++) {
+        int id = token_by_text(&tk, stop[i]);
+        if (id < 0 || !ends_generation(&tk, id)) wrong = stop[i];
+    }
+    for (int i = 0; go[i] && !wrong; i++) {
+        int id = token_by_text(&tk, go[i]);
+        if (id < 0 || ends_generation(&tk, id)) wrong = go[i];
+    }
+    report(name, !wrong, "%s%s", wrong ? "wrong or missing: " : "every listed token right", wrong ? wrong : "");
+    tokenizer_close(&tk);
+}
+
+// Feeds generate()'s trace into ids; -1 on failure.
+static int traced_generation(Transformer *t, Tokenizer *tk, const char *prompt, int steps, IntList *ids) {
+    const char *path = "build/tmp/eog.trace";
+    Sampler s;
+    if (sampler_init(&s, t->config.vocab_size, sampling(1.0f, 0.9f, 0, 0.0f), 7) != 0) return -1;
+    FILE *out = fopen("/dev/null", "w");
+    t->trace = fopen(path, "w");
+    int err = !out || !t->trace || generate(t, tk, &s, prompt, steps, out) != 0;
+    if (t->trace && fclose(t->trace) != 0) err = 1;
+    t->trace = NULL;
+    if (out) fclose(out);
+    sampler_free(&s);
+    int *v, n;
+    memset(ids, 0, sizeof *ids);
+    if (err || load_ints(path, &v, &n) != 0) return -1;
+    ints_add(ids, v, n);
+    free(v);
+    return 0;
+}
+
+// generate() stops at an end-of-generation token: the greedy run, repeated
+// with a later generated token made one, stops just before feeding it.
+// (Sampled with a fixed seed: greedy decoding of random weights repeats one
+// token.)
+static void test_generation_stops_at_eog(void) {
+    const char *name = "generate: stops at the first end-of-generation token (l3tiny, -t 1 -s 7)";
+    char model[PATH_SIZE], got[256], want[256];
+    shared_path(model, "models/gguf/l3tiny.q8_0.gguf");
+    Transformer t;
+    Tokenizer tk;
+    if (transformer_open(&t, model) != 0 || tokenizer_open(&tk, model, t.config.vocab_size) != 0) {
+        report(name, 0, "%s", error_message);
+        return;
+    }
+    IntList first, second;
+    int n_prompt;
+    int *prompt = encode_text(&tk, "Hello", 5, 1, &n_prompt);
+    if (!prompt || traced_generation(&t, &tk, "Hello", 12, &first) != 0 || first.n < n_prompt + 3) {
+        report(name, 0, "the first run failed or generated too little: %s", error_message);
+    } else {
+        int end = n_prompt + 1; // the first generated token that is new after at least one other
+        while (end < first.n && first_difference(&first.v[end], 1, &first.v[n_prompt], 1) < 0) end++;
+        int stop = end < first.n ? first.v[end] : -1;
+        for (int i = n_prompt + 1; i < end && end < first.n; i++)
+            if (first.v[i] == stop) end = i;
+        tk.eog[tk.n_eog++] = stop;
+        int ran = traced_generation(&t, &tk, "Hello", 12, &second) == 0;
+        int differ = ran ? first_difference(second.v, second.n, first.v, end) : 0;
+        report(name, stop >= 0 && ran && differ < 0, "stop at %d: fed %s, want %s", stop,
+               ran ? id_list(second.v, second.n, got, sizeof got) : "nothing", id_list(first.v, end, want, sizeof want));
+        ints_free(&second);
+    }
+    free(prompt);
+    ints_free(&first);
+    tokenizer_close(&tk);
+    transformer_close(&t);
+}
+
+static void eog_tests(void) {
+    static const char *const llama3_stop[] = {"<|eot_id|>", "<|end_of_text|>", "<|begin_of_text|>", NULL};
+    static const char *const llama3_go[] = {"<|start_header_id|>", "<|end_header_id|>", "Hello", NULL};
+    static const char *const qwen2_stop[] = {"<|im_end|>", "<|endoftext|>", NULL};
+    static const char *const qwen2_go[] = {"<|im_start|>", "\"", "Hello", NULL}; // '"' is id 1, a BOS default
+    test_eog_tokens("llama3_", llama3_stop, llama3_go);
+    test_eog_tokens("qwen2_", qwen2_stop, qwen2_go);
+    test_generation_stops_at_eog();
+}
+
+/* ============================================================================
    export.py, run with Debian's python3, which has numpy */
 
 #define PYTHON "/usr/bin/python3"
@@ -5201,6 +5300,7 @@ int main(int argc, char **argv) {
     chat_tests();
     gguf_tests();
     bpe_tests();
+    eog_tests();
     export_tests();
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
