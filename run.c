@@ -86,6 +86,8 @@ typedef struct {
     int seq_len;           // context length: positions the KV cache holds
     int head_size;         // dim / n_heads
     float rope_theta;      // RoPE base frequency
+    float rope_scale;      // positions are multiplied by it (linear scaling: 1 / factor), else 1
+    int rope_neox;         // 1: RoPE pairs dimension i with i + head_size/2 (qwen2), 0: 2i with 2i+1
     float norm_eps;        // RMSNorm epsilon
     int shared_classifier; // 1: the classifier reuses token_embedding
     int bos_id, eos_id;
@@ -117,6 +119,9 @@ typedef struct {
     Matrix w1;            // (hidden_dim, dim)   gate
     Matrix w2;            // (dim, hidden_dim)   down
     Matrix w3;            // (hidden_dim, dim)   up
+    const float *bq;      // (n_heads*head_size) biases added after wq, wk, wv (qwen2), or NULL
+    const float *bk;      // (n_kv_heads*head_size)
+    const float *bv;      // (n_kv_heads*head_size)
 } LayerWeights;
 
 // Every pointer points into the memory map; nothing here owns weight data.
@@ -125,6 +130,8 @@ typedef struct {
     LayerWeights *layers;   // (n_layers), the only allocation
     const float *rms_final; // (dim)
     Matrix wcls;            // (vocab_size, dim), the embedding when shared
+    const float *rope_freqs; // (head_size/2) each RoPE frequency is divided by its factor
+                             // (Llama 3.1+ rope scaling), or NULL
 } TransformerWeights;
 
 // Positions per prefill block: forward_batch evaluates longer runs block by
@@ -296,25 +303,38 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
 }
 
 // The rotation angles for position pos, computed in double so that long
-// contexts keep their precision: pair i turns by pos * theta^(-2i/head_size).
-static void rope_angles(float *cos_out, float *sin_out, int pos, int head_size, float theta) {
-    for (int i = 0; i < head_size / 2; i++) {
-        double angle = pos * pow(theta, -2.0 * i / head_size);
+// contexts keep their precision: pair i turns by
+// pos * rope_scale * theta^(-2i/head_size), divided by freq_factors[i]
+// when the model has them (Llama 3.1's rope scaling).
+static void rope_angles(float *cos_out, float *sin_out, int pos, const Config *c, const float *freq_factors) {
+    int hs = c->head_size;
+    for (int i = 0; i < hs / 2; i++) {
+        double angle = pos * (double)c->rope_scale * pow(c->rope_theta, -2.0 * i / hs);
+        if (freq_factors) angle /= freq_factors[i];
         cos_out[i] = (float)cos(angle);
         sin_out[i] = (float)sin(angle);
     }
 }
 
-// Rotates consecutive pairs (x[2i], x[2i+1]) of each of n_heads heads.
-static void rope(float *x, int n_heads, int head_size, const float *cos_t, const float *sin_t) {
+// Rotates pair i of each of n_heads heads: (x[2i], x[2i+1]), or with neox
+// (x[i], x[i + head_size/2]), the "rotate half" layout.
+static void rope(float *x, int n_heads, int head_size, int neox, const float *cos_t, const float *sin_t) {
+    int half = head_size / 2, step = neox ? 1 : 2, other = neox ? half : 1;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_size;
-        for (int i = 0; i < head_size / 2; i++) {
-            float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * cos_t[i] - b * sin_t[i];
-            v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+        for (int i = 0; i < half; i++) {
+            float *p = v + i * step, a = p[0], b = p[other];
+            p[0] = a * cos_t[i] - b * sin_t[i];
+            p[other] = a * sin_t[i] + b * cos_t[i];
         }
     }
+}
+
+// x += bias over each of n rows of width values; no bias, nothing to do.
+static void add_bias(float *x, const float *bias, int n, int width) {
+    if (!bias) return;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < width; i++) x[(size_t)r * width + i] += bias[i];
 }
 
 /* ----------------------------------------------------------------------------
@@ -361,7 +381,7 @@ float *forward(Transformer *t, int token, int pos) {
     if (t->trace) fprintf(t->trace, "%d\n", token);
 
     dequantize_row(s->x, &w->token_embedding, token);
-    rope_angles(s->rope_cos, s->rope_sin, pos, hs, c->rope_theta);
+    rope_angles(s->rope_cos, s->rope_sin, pos, c, w->rope_freqs);
 
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
@@ -372,8 +392,11 @@ float *forward(Transformer *t, int token, int pos) {
         // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
         matmul_shared((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, &s->mm);
-        rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
-        rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
+        add_bias(s->q, lw->bq, 1, c->n_heads * hs);
+        add_bias(k, lw->bk, 1, kvd);
+        add_bias(v, lw->bv, 1, kvd);
+        rope(s->q, c->n_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
+        rope(k, c->n_kv_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
         int h;
         #pragma omp parallel for private(h)
@@ -431,7 +454,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     for (int i = 0; i < n; i++) {
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
         dequantize_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
-        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, hs, c->rope_theta);
+        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, c, w->rope_freqs);
     }
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -443,12 +466,15 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
         matmul_shared((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, &s->mm);
+        add_bias(s->bq, lw->bq, n, q_dim);
+        add_bias(k, lw->bk, n, kvd);
+        add_bias(v, lw->bv, n, kvd);
         int i;
         #pragma omp parallel for private(i) schedule(static)
         for (i = 0; i < n; i++) {
             const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
-            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
-            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, cos_t, sin_t);
+            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
+            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
         }
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)n * kvd);
         int h;
@@ -1310,12 +1336,19 @@ int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// Encodes text with BOS into a new array (caller frees). NULL on failure.
-static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
+// Encodes text, with BOS if the model adds one, into a new array (caller
+// frees). NULL on failure.
+static int *encode_new(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
     int *tokens = len < SIZE_MAX / 16 ? malloc((3 * len + 3) * sizeof(int)) : NULL;
     if (!tokens) { fail("out of memory for a prompt of %zu bytes", len); return NULL; }
     if (encode(tk, text, len, tk->add_bos, 0, tokens, n_tokens) != 0) { free(tokens); return NULL; }
-    if (*n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
+    return tokens;
+}
+
+// encode_new for a prompt the model is to run: it may not be empty.
+static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
+    int *tokens = encode_new(tk, text, len, n_tokens);
+    if (tokens && *n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
     return tokens;
 }
 
@@ -1375,9 +1408,10 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     return err;
 }
 
+// Prints the ids of text, one line (an empty one for no ids).
 int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
     int n;
-    int *tokens = encode_prompt(tk, text, len, &n);
+    int *tokens = encode_new(tk, text, len, &n);
     if (!tokens) return -1;
     for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", tokens[i]);
     printf("\n");
@@ -2965,6 +2999,8 @@ static int check_config(const Config *c, const char *path) {
         return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
         return fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
+    if (!(c->rope_scale > 0.0f) || !isfinite(c->rope_scale))
+        return fail("%s: RoPE scaling factor %g is not a positive number", path, 1.0f / c->rope_scale);
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
     if (c->bos_id < 0 || c->bos_id >= c->vocab_size || c->eos_id < 0 || c->eos_id >= c->vocab_size)
@@ -3078,6 +3114,7 @@ static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const
     c->vocab_size = vocab == INT_MIN ? 0 : abs(vocab);
     c->head_size = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
     c->norm_eps = 1e-5f;
     c->bos_id = 1;
     c->eos_id = 2;
@@ -3101,6 +3138,7 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     c->seq_len = read_i32(h + 32);
     c->head_size = read_i32(h + 36);
     c->rope_theta = read_f32(h + 40);
+    c->rope_scale = 1.0f;
     c->norm_eps = read_f32(h + 44);
     c->shared_classifier = read_i32(h + 48);
     c->bos_id = read_i32(h + 52);
@@ -3399,7 +3437,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     if (t->n_dims > 2 || t->dims[0] != (uint64_t)cols || t_rows != (uint64_t)rows)
         return fail("%s: tensor %s has the wrong shape (expected %d x %d)", path, name, rows, cols);
     if (vec) {
-        if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
+        if (t->type != TYPE_F32) return fail("%s: vector %s is %s, not F32", path, name, type_name(t->type));
         *vec = (const float *)(g->data + t->offset);
     } else {
         *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
@@ -3407,36 +3445,73 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     return 0;
 }
 
+// The architectures run.c computes: Llama's, and Qwen 2's, which adds
+// q/k/v biases and pairs RoPE dimensions NEOX-style (i with i + head_size/2).
+static const struct { const char *name; int rope_neox; } architectures[] = {{"llama", 0}, {"qwen2", 1}};
+
+// The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
+static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
+    snprintf(key, size, "%s.%s", arch, suffix);
+    return key;
+}
+
+// RoPE scaling from ARCH.rope.scaling.type/factor (or the older
+// ARCH.rope.scale_linear): linear divides positions by the factor; Llama
+// 3.1's scaling comes as the rope_freqs tensor (gguf_weights) instead.
+static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const char *path) {
+    char key[96];
+    size_t len = 0;
+    const char *type = gguf_string(g, arch_key(key, sizeof key, arch, "rope.scaling.type"), &len);
+    float factor = 1.0f;
+    if (type && !(len == 4 && !memcmp(type, "none", 4)) && !(len == 6 && !memcmp(type, "linear", 6)))
+        return fail("%s: rope.scaling.type '%.*s' is not supported (none and linear are)", path,
+                    (int)(len < 64 ? len : 64), type);
+    int err = gguf_float(g, arch_key(key, sizeof key, arch, "rope.scale_linear"), 1.0f, &factor);
+    if (type && len == 6) err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.scaling.factor"), 1.0f, &factor);
+    if (err || !(factor > 0.0f) || !isfinite(factor))
+        return fail("%s: the RoPE scaling factor is not a positive number", path);
+    c->rope_scale = 1.0f / factor;
+    return 0;
+}
+
 static int gguf_config(Config *c, const Gguf *g, const char *path) {
     size_t len;
-    const char *arch = gguf_string(g, "general.architecture", &len);
-    if (!arch) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
-    if (len != 5 || memcmp(arch, "llama", 5) != 0)
-        return fail("%s: architecture '%.*s' is not supported (only llama)", path, (int)(len < 64 ? len : 64), arch);
+    const char *name = gguf_string(g, "general.architecture", &len);
+    if (!name) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
+    int a = -1;
+    for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
+        if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
+    if (a < 0)
+        return fail("%s: architecture '%.*s' is not supported (llama and qwen2 are)", path, (int)(len < 64 ? len : 64),
+                    name);
+    const char *arch = architectures[a].name;
     if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
+    static const char *const keys[] = {"embedding_length", "feed_forward_length", "block_count",
+                                       "attention.head_count", "attention.head_count_kv", "context_length"};
+    char key[96];
     int64_t v[8];
-    int err = gguf_int(g, "llama.embedding_length", 0, &v[0]) | gguf_int(g, "llama.feed_forward_length", 0, &v[1]) |
-              gguf_int(g, "llama.block_count", 0, &v[2]) | gguf_int(g, "llama.attention.head_count", 0, &v[3]) |
-              gguf_int(g, "llama.context_length", 0, &v[5]) | gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) |
-              gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
-    err |= gguf_int(g, "llama.attention.head_count_kv", v[3], &v[4]);
-    err |= gguf_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta);
-    err |= gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps);
-    if (err) return fail("%s: a llama.* metadata value has the wrong type", path);
+    int err = gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) | gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
+    for (int i = 0; i < 6; i++) err |= gguf_int(g, arch_key(key, sizeof key, arch, keys[i]), i == 4 ? v[3] : 0, &v[i]);
+    err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base"), 10000.0f, &c->rope_theta);
+    err |= gguf_float(g, arch_key(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps);
+    if (err) return fail("%s: a %s.* metadata value has the wrong type", path, arch);
     for (int i = 0; i < 8; i++)
-        if (v[i] < INT32_MIN || v[i] > INT32_MAX) return fail("%s: llama.* metadata value %lld is out of range", path, (long long)v[i]);
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX)
+            return fail("%s: %s.* metadata value %lld is out of range", path, arch, (long long)v[i]);
     *c = (Config){.dim = (int)v[0], .hidden_dim = (int)v[1], .n_layers = (int)v[2], .n_heads = (int)v[3],
                   .n_kv_heads = (int)v[4], .vocab_size = (int)emb->dims[1], .seq_len = (int)v[5],
                   .head_size = v[3] > 0 ? (int)(v[0] / v[3]) : 0, .rope_theta = c->rope_theta,
-                  .norm_eps = c->norm_eps, .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
+                  .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
+                  .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
     int64_t rope_dims;
-    if (gguf_int(g, "llama.rope.dimension_count", c->head_size, &rope_dims) != 0 || rope_dims != c->head_size)
-        return fail("%s: llama.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
-                    path, (long long)rope_dims, c->head_size);
-    return 0;
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "rope.dimension_count"), c->head_size, &rope_dims) != 0 ||
+        rope_dims != c->head_size)
+        return fail("%s: %s.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
+                    path, arch, (long long)rope_dims, c->head_size);
+    return gguf_rope_scaling(c, g, arch, path);
 }
 
 static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
@@ -3447,8 +3522,18 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         return -1;
     if (c->shared_classifier) w->wcls = w->token_embedding;
     else if (gguf_weight(g, "output.weight", c->vocab_size, c->dim, &w->wcls, NULL, path)) return -1;
+    if (gguf_tensor(g, "rope_freqs.weight") &&
+        gguf_weight(g, "rope_freqs.weight", 1, c->head_size / 2, NULL, &w->rope_freqs, path))
+        return -1;
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights *lw = &w->layers[l];
+        struct { const char *suffix; int rows, cols; const float **bias; } biases[] = {
+            {"attn_q", 1, q_dim, &lw->bq}, {"attn_k", 1, kv_dim(c), &lw->bk}, {"attn_v", 1, kv_dim(c), &lw->bv}};
+        for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) { // optional, for llama too
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
+            if (gguf_tensor(g, name) && gguf_weight(g, name, biases[i].rows, biases[i].cols, NULL, biases[i].bias, path))
+                return -1;
+        }
         struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
             {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
             {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
@@ -4392,6 +4477,16 @@ char *read_text_file(const char *path, size_t *len) {
 }
 
 #ifndef TESTING
+// What a model has that run.c's own format (version 1) cannot hold, or NULL.
+static const char *beyond_runc(const Transformer *t) {
+    const Config *c = &t->config;
+    if (c->rope_neox) return "NEOX-style RoPE (qwen2)";
+    if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
+    for (int l = 0; l < c->n_layers; l++)
+        if (t->weights.layers[l].bq || t->weights.layers[l].bk || t->weights.layers[l].bv) return "q/k/v biases";
+    return NULL;
+}
+
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
     if (!strcmp(o->mode, "logits")) {
@@ -4400,7 +4495,13 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
         return logits_mode(t, o->prompt_file, text, o->output);
     }
     if (!strcmp(o->mode, "bench")) return bench_mode(t, o->checkpoint);
-    if (!strcmp(o->mode, "quantize")) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+    if (!strcmp(o->mode, "quantize")) {
+        const char *beyond = beyond_runc(t);
+        if (beyond)
+            return fail("%s: the model has %s, which run.c's format cannot hold yet; run the GGUF file as it is",
+                        o->checkpoint, beyond);
+        return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+    }
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;

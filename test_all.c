@@ -3912,10 +3912,11 @@ static double gguf_tolerance(const char *file_name) {
     return -1;
 }
 
-// Every case of reference/gguf, within its file type's tolerance.
-static void test_gguf_logits(void) {
+// Every case of SHARED/dir_relative (reference/gguf and the like), within
+// its file type's tolerance.
+static void test_gguf_logits(const char *dir_relative) {
     char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
-    shared_path(dir, "reference/gguf");
+    shared_path(dir, dir_relative);
     NameList cases;
     if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
         report("logits: GGUF reference cases", 0, "no case directories in %s", dir);
@@ -4531,7 +4532,7 @@ static void gguf_tests(void) {
     CliFiles f;
     char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
     if (cli_files_init(&f, "GGUF: fixtures") != 0) return;
-    test_gguf_logits();
+    test_gguf_logits("reference/gguf");
     test_gguf_vocab(&f);
     test_gguf_greedy();
     test_gguf_tiny_random();
@@ -4781,7 +4782,7 @@ static void bpe_tests(void) {
     for (int i = 0; i < files.n; i++) {
         test_tokenizer_file(dir, files.names[i], NULL);
         test_bpe_roundtrip(dir, files.names[i]);
-        if (!strncmp(files.names[i], "llama3_", 7)) test_bpe_cli(dir, files.names[i]); // qwen2 needs its architecture
+        test_bpe_cli(dir, files.names[i]);
     }
     for (int i = 0; i < files.n; i++)
         if (strstr(files.names[i], "_prose")) test_encode_speed(vocab_for(files.names[i]), dir, files.names[i], 100000, 2.0);
@@ -4880,6 +4881,120 @@ static void test_generation_stops_at_eog(void) {
     ints_free(&first);
     tokenizer_close(&tk);
     transformer_close(&t);
+}
+
+/* ============================================================================
+   Llama 3 family: RoPE variants and the qwen2 architecture */
+
+// A copy of the GGUF file src at dst with two more metadata values: the
+// string key1 = value1 and the float key2 = value2 (key2 NULL: none). The
+// values are padded with a third to a multiple of the alignment, so the
+// tensor data keeps its alignment. 0 ok, -1 on failure.
+static int add_gguf_values(const char *src, const char *dst, const char *key1, const char *value1, const char *key2,
+                           float value2) {
+    Bytes file;
+    if (load_file(src, &file) != 0) return -1;
+    Gguf g;
+    int64_t alignment;
+    if (gguf_parse(&g, (const unsigned char *)file.data, file.len, src) != 0) { bytes_free(&file); return -1; }
+    gguf_int(&g, "general.alignment", 32, &alignment);
+    size_t at = (size_t)((const char *)g.tensors[0].name - 8 - file.data); // where the tensor infos start
+    uint64_t n_values = g.n_values;
+    gguf_free(&g);
+    unsigned char extra[512];
+    size_t n = 0;
+    const char *keys[] = {key1, key2, "test.padding"};
+    for (int k = 0; k < 3; k++) {
+        if (!keys[k]) continue;
+        size_t key_len = strlen(keys[k]);
+        put_le64(extra + n, key_len);
+        memcpy(extra + n + 8, keys[k], key_len);
+        n += 8 + key_len;
+        put_le32(extra + n, k == 1 ? GGUF_F32 : GGUF_STRING);
+        n += 4;
+        if (k == 1) { memcpy(extra + n, &value2, 4); n += 4; continue; }
+        size_t len = k == 0 ? strlen(value1) : ((size_t)alignment - (n + 8) % (size_t)alignment) % (size_t)alignment;
+        put_le64(extra + n, len);
+        if (k == 0) memcpy(extra + n + 8, value1, len);
+        else memset(extra + n + 8, ' ', len);
+        n += 8 + len;
+        n_values++;
+    }
+    n_values += key2 != NULL;
+    put_le64((unsigned char *)file.data + 16, n_values);
+    FILE *f = fopen(dst, "wb");
+    int ok = f && fwrite(file.data, 1, at, f) == at && fwrite(extra, 1, n, f) == n &&
+             fwrite(file.data + at, 1, file.len - at, f) == file.len - at;
+    if (f && fclose(f) != 0) ok = 0;
+    bytes_free(&file);
+    return ok ? 0 : -1;
+}
+
+// rope.scaling.type linear with factor F is read as positions / F, which
+// is the same rotation as every frequency divided by F (rope_freqs): the
+// logits of both agree; another scaling type is refused by name.
+static void test_rope_linear(void) {
+    const char *name = "RoPE: rope.scaling.type linear, factor 4 == every rope_freqs factor 4 (q256)";
+    char src[PATH_SIZE], status[64], err[256];
+    const char *linear = "build/tmp/q256-linear.gguf", *yarn = "build/bad/q256-yarn.gguf";
+    shared_path(src, "models/gguf/q256.f32.gguf");
+    Transformer a, b;
+    if (add_gguf_values(src, linear, "qwen2.rope.scaling.type", "linear", "qwen2.rope.scaling.factor", 4.0f) != 0 ||
+        transformer_open(&a, linear) != 0) {
+        report(name, 0, "cannot write or open %s: %s", linear, error_message);
+        return;
+    }
+    if (transformer_open(&b, src) != 0) { report(name, 0, "%s", error_message); transformer_close(&a); return; }
+    float factors[512];
+    for (int i = 0; i < b.config.head_size / 2; i++) factors[i] = 4.0f;
+    b.weights.rope_freqs = factors;
+    double worst = 0, scale = 0;
+    int vocab = a.config.vocab_size;
+    for (int pos = 0; pos < 40; pos++) {
+        int token = (pos * 37 + 1) % vocab;
+        float *la = forward(&a, token, pos), *lb = forward(&b, token, pos);
+        for (int i = 0; i < vocab; i++) {
+            if (fabs(la[i] - lb[i]) > worst) worst = fabs(la[i] - lb[i]);
+            if (fabs(lb[i]) > scale) scale = fabs(lb[i]);
+        }
+    }
+    report(name, a.config.rope_scale == 0.25f && worst <= 1e-5 * scale, "rope_scale %g, worst %.2e x max|logit|",
+           a.config.rope_scale, worst / scale);
+    transformer_close(&a);
+    transformer_close(&b);
+    remove(linear);
+    if (add_gguf_values(src, yarn, "qwen2.rope.scaling.type", "yarn", NULL, 0) != 0) {
+        report("bad GGUF: rope.scaling.type yarn", 0, "cannot write %s", yarn);
+        return;
+    }
+    CliResult r;
+    cli(&r, yarn, "-m", "tokenize", "-i", "hi", NULL);
+    report("bad GGUF: rope.scaling.type yarn is refused by name",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "yarn") && strstr(r.err.data, yarn),
+           "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+}
+
+static void rope_tests(void) {
+    char r256[PATH_SIZE], q256[PATH_SIZE];
+    test_gguf_logits("reference/llama3_family/logits");
+    shared_path(r256, "models/gguf/r256.f32.gguf");
+    shared_path(q256, "models/gguf/q256.f32.gguf");
+    test_batched_prefill(r256, "r256.f32.gguf (rope_freqs)");
+    test_batched_prefill(q256, "q256.f32.gguf (qwen2: biases, NEOX RoPE)");
+    test_rope_linear();
+    const char *out = "build/tmp/q256-quantized.bin";
+    for (int i = 0; i < 2; i++) { // run.c's format cannot hold them: refused, nothing written
+        char name[128], status[64], err[256];
+        const char *model = i ? q256 : r256;
+        format_text(name, sizeof name, "cli: -m quantize refuses %s (its format cannot hold it)", i ? "qwen2" : "rope_freqs");
+        remove(out);
+        CliResult r;
+        cli(&r, model, "-m", "quantize", "-o", out, "--dtype", "q8_0", NULL);
+        report(name, r.status == 1 && count_lines(&r.err) == 1 && !file_exists(out) && strstr(r.err.data, "GGUF"),
+               "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
 }
 
 static void eog_tests(void) {
@@ -5301,6 +5416,7 @@ int main(int argc, char **argv) {
     gguf_tests();
     bpe_tests();
     eog_tests();
+    rope_tests();
     export_tests();
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
