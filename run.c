@@ -547,6 +547,12 @@ typedef struct { int merged, left_len, rank; } BpePair;
 
 #define MAX_EOG 16 // end-of-generation tokens a model may have
 
+// Chat templates (see the chat section): the one a GGUF file's
+// tokenizer.chat_template is recognized as, or NONE (no template: Llama 2's
+// format is used) or UNKNOWN (the user must choose one).
+enum { TEMPLATE_NONE = -1, TEMPLATE_LLAMA2, TEMPLATE_LLAMA3, TEMPLATE_CHATML, TEMPLATE_ZEPHYR, TEMPLATE_MISTRAL,
+       TEMPLATE_UNKNOWN };
+
 typedef struct {
     char **vocab;          // (vocab_size) pieces, NUL-terminated (byte-level BPE: raw bytes)
     int *piece_len;        // (vocab_size) byte lengths
@@ -557,7 +563,7 @@ typedef struct {
     int add_dummy_prefix;  // SentencePiece normalizer flags
     int remove_extra_spaces;
     int add_bos;           // prompts start with BOS
-    int chat_template;     // GGUF's template: -1 none, 1 Llama 2's [INST] format, 0 another
+    int chat_template;     // TEMPLATE_*: the file's chat template
     int ids_known;         // BOS/EOS ids came from the file (GGUF), not from the model
     int byte_token[256];   // id of <0xXX> (byte-level BPE: of the one-byte token), or -1
     int *table;            // (table_size) piece hash table of ids, -1 = empty
@@ -664,7 +670,7 @@ static int tokenizer_alloc(Tokenizer *tk, int vocab_size) {
     tk->bos_id = 1;
     tk->eos_id = 2;
     tk->add_bos = 1;
-    tk->chat_template = -1;
+    tk->chat_template = TEMPLATE_NONE;
     return tk->vocab && tk->piece_len && tk->scores && tk->kind ? 0 : -1;
 }
 
@@ -1483,25 +1489,96 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
 }
 
 /* ----------------------------------------------------------------------------
-   Chat: Llama 2's format. The first turn in the context carries the system
-   prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
-   turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
-   context. The KV cache holds the conversation, so a turn costs only its own
-   tokens. When a turn does not fit, the oldest whole turns are dropped and
-   what is kept is evaluated again. */
+   Chat, in the model's own template. A turn is rendered as the model's Jinja
+   template renders it (control tokens inserted by id, the text between them
+   encoded as plain text), and each reply ends with the template's
+   end-of-turn in the context:
+     llama2   BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]" {reply} EOS,
+              later turns BOS "[INST] {user} [/INST]" (Meta strips each message)
+     mistral  BOS "[INST] {system}\n\n{user} [/INST]" {reply} EOS, later "[INST] {user} [/INST]"
+     llama3   BOS <|start_header_id|>system<|end_header_id|>"\n\n{system}"<|eot_id|>
+              <|start_header_id|>user<|end_header_id|>"\n\n{user}"<|eot_id|>
+              <|start_header_id|>assistant<|end_header_id|>"\n\n" {reply}<|eot_id|>
+              (messages trimmed, as the template's | trim does)
+     chatml   <|im_start|>"system\n{system}"<|im_end|>"\n"<|im_start|>"user\n{user}"<|im_end|>"\n"
+              <|im_start|>"assistant\n" {reply}<|im_end|>"\n"
+     zephyr   "<|system|>\n{system}" EOS "\n<|user|>\n{user}" EOS "\n<|assistant|>\n" {reply} EOS,
+              later turns "\n<|user|>\n{user}" EOS "\n<|assistant|>\n"
+   (chatml and zephyr start with BOS when the model adds one). The first turn
+   in the context carries the system prompt. The KV cache holds the
+   conversation, so a turn costs only its own tokens. When a turn does not
+   fit, the oldest whole turns are dropped and what is kept is evaluated
+   again. */
+
+static const char *const template_names[] = {"llama2", "llama3", "chatml", "zephyr", "mistral"};
+#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral"
+
+static int contains(const char *s, size_t len, const char *word) {
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(s + i, word, n) == 0) return 1;
+    return 0;
+}
+
+// Which template a Jinja chat template is, by distinctive substrings, as
+// llama.cpp's llm_chat_detect_template tells them apart.
+static int recognize_template(const char *jinja, size_t len) {
+    if (contains(jinja, len, "<|im_start|>")) return TEMPLATE_CHATML;
+    if (contains(jinja, len, "[INST]")) return contains(jinja, len, "<<SYS>>") ? TEMPLATE_LLAMA2 : TEMPLATE_MISTRAL;
+    if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
+        return TEMPLATE_LLAMA3;
+    if (contains(jinja, len, "<|user|>")) return TEMPLATE_ZEPHYR;
+    return TEMPLATE_UNKNOWN;
+}
+
+// TEMPLATE_* by name (--chat-template), or -1.
+static int template_by_name(const char *name) {
+    for (int i = 0; i < (int)(sizeof template_names / sizeof *template_names); i++)
+        if (!strcmp(name, template_names[i])) return i;
+    return -1;
+}
+
+// Whether the character at s[0..n) is whitespace to strip: Python's
+// str.strip() set (Unicode White_Space and U+001C..U+001F), as Meta's
+// reference and the Jinja trim filter strip. *len: the character's length.
+static int strip_space_at(const char *s, size_t n, int *len) {
+    *len = utf8_char((const unsigned char *)s, n);
+    uint32_t c = utf8_decode((const unsigned char *)s, *len);
+    return (*len > 1 || (unsigned char)s[0] < 0x80) && (unicode_class(c) == CHAR_SPACE || (c >= 0x1C && c <= 0x1F));
+}
+
+// text without its leading and trailing whitespace, in a new string.
+static char *strip_copy(const char *text) {
+    size_t n = strlen(text), start = 0, end = 0;
+    int len, seen = 0;
+    for (size_t i = 0; i < n; i += (size_t)len) {
+        int space = strip_space_at(text + i, n - i, &len);
+        if (!space && !seen) { start = i; seen = 1; }
+        if (!space) end = i + (size_t)len;
+    }
+    char *out = malloc(end - start + 1);
+    if (out) { memcpy(out, text + start, end - start); out[end - start] = '\0'; }
+    return out;
+}
 
 typedef struct {
     char *user;  // the user's message
-    int *reply;  // the reply's ids, EOS last
+    int *reply;  // the reply's ids, the template's end-of-turn last
     int n_reply;
 } Turn;
+
+#define MAX_END 4 // ids in a template's end-of-turn
 
 typedef struct {
     Transformer *t;
     Tokenizer *tk;
     Sampler *sampler;
     const char *system; // NULL or "" for none
-    int max_reply;      // tokens per reply, EOS excluded
+    int max_reply;      // tokens per reply, the end-of-turn excluded
+    int template;       // TEMPLATE_*
+    int start_header, end_header, eot, im_start, im_end; // the template's control tokens, or -1
+    int end[MAX_END];   // what ends a reply in the context
+    int n_end;
     Turn *turns;        // (n_turns) every turn so far
     int n_turns;
     int first_kept;     // turns before this one were dropped from the context
@@ -1510,17 +1587,155 @@ typedef struct {
     int pos;            // context[0..pos) have been fed to the model
 } Chat;
 
-// The prompt of one turn (BOS first), into a new array; NULL on failure.
-static int *render_turn(Chat *chat, const char *user, int with_system, int *n) {
-    const char *sys = with_system && chat->system && chat->system[0] ? chat->system : NULL;
-    size_t len = strlen(user) + (sys ? strlen(sys) : 0) + 64;
-    char *text = malloc(len);
-    if (!text) { fail("out of memory"); return NULL; }
-    if (sys) snprintf(text, len, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
-    else snprintf(text, len, "[INST] %s [/INST]", user);
-    int *tokens = encode_prompt(chat->tk, text, strlen(text), n);
+// A growing list of ids, rendered piece by piece; err is set on failure.
+typedef struct { Tokenizer *tk; int *ids; int n, cap, err; } Rendering;
+
+static void put_id(Rendering *r, int id) {
+    if (r->err || id < 0) return;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        int *grown = realloc(r->ids, (size_t)cap * sizeof(int));
+        if (!grown) { r->err = fail("out of memory"); return; }
+        r->ids = grown;
+        r->cap = cap;
+    }
+    r->ids[r->n++] = id;
+}
+
+// Encodes a piece of text (built from format) as plain text, no BOS.
+static void put_text(Rendering *r, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int len = vsnprintf(NULL, 0, format, args);
+    va_end(args);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    int *ids = text ? malloc((3 * (size_t)len + 3) * sizeof(int)) : NULL;
+    int n = 0;
+    if (!ids || r->err) { free(text); if (!r->err) r->err = fail("out of memory"); return; }
+    va_start(args, format);
+    vsnprintf(text, (size_t)len + 1, format, args);
+    va_end(args);
+    if (encode(r->tk, text, (size_t)len, 0, 0, ids, &n) != 0) r->err = -1;
+    for (int i = 0; i < n; i++) put_id(r, ids[i]);
     free(text);
-    return tokens;
+    free(ids);
+}
+
+// Llama 3's header: <|start_header_id|>{role}<|end_header_id|>.
+static void put_header(Rendering *r, const Chat *chat, const char *role) {
+    put_id(r, chat->start_header);
+    put_text(r, "%s", role);
+    put_id(r, chat->end_header);
+}
+
+// The Llama 2 turn, as Meta's chat_completion renders it: the system block
+// and the message are stripped together.
+static void render_llama2(Rendering *r, const char *sys, const char *user) {
+    size_t size = strlen(user) + (sys ? strlen(sys) : 0) + 32;
+    char *text = malloc(size);
+    if (!text) { r->err = fail("out of memory"); return; }
+    if (sys) snprintf(text, size, "<<SYS>>\n%s\n<</SYS>>\n\n%s", sys, user);
+    else snprintf(text, size, "%s", user);
+    char *stripped = strip_copy(text);
+    if (stripped) put_text(r, "[INST] %s [/INST]", stripped);
+    else r->err = fail("out of memory");
+    free(stripped);
+    free(text);
+}
+
+// Llama 3's messages, each trimmed.
+static void render_llama3(Rendering *r, const Chat *chat, const char *sys, const char *user) {
+    const char *roles[] = {"system", "user"}, *messages[] = {sys, user};
+    for (int i = 0; i < 2; i++) {
+        if (!messages[i]) continue;
+        char *trimmed = strip_copy(messages[i]);
+        if (!trimmed) { r->err = fail("out of memory"); return; }
+        put_header(r, chat, roles[i]);
+        put_text(r, "\n\n%s", trimmed);
+        put_id(r, chat->eot);
+        free(trimmed);
+    }
+    put_header(r, chat, "assistant");
+    put_text(r, "\n\n");
+}
+
+// The prompt of one turn into a new array; first: the turn starts the
+// context, and so carries BOS and the system prompt. NULL on failure.
+static int *render_turn(Chat *chat, const char *user, int first, int *n) {
+    const Tokenizer *tk = chat->tk;
+    const char *sys = first && chat->system && chat->system[0] ? chat->system : NULL;
+    Rendering r = {.tk = chat->tk};
+    int bos = tk->bos_id;
+    switch (chat->template) {
+    case TEMPLATE_LLAMA3:
+        if (first) put_id(&r, bos);
+        render_llama3(&r, chat, sys, user);
+        break;
+    case TEMPLATE_CHATML:
+        if (first && tk->add_bos) put_id(&r, bos);
+        if (sys) { put_id(&r, chat->im_start); put_text(&r, "system\n%s", sys); put_id(&r, chat->im_end); put_text(&r, "\n"); }
+        put_id(&r, chat->im_start);
+        put_text(&r, "user\n%s", user);
+        put_id(&r, chat->im_end);
+        put_text(&r, "\n");
+        put_id(&r, chat->im_start);
+        put_text(&r, "assistant\n");
+        break;
+    case TEMPLATE_ZEPHYR:
+        if (first && tk->add_bos) put_id(&r, bos);
+        if (sys) { put_text(&r, "<|system|>\n%s", sys); put_id(&r, tk->eos_id); }
+        put_text(&r, "%s<|user|>\n%s", first && !sys ? "" : "\n", user);
+        put_id(&r, tk->eos_id);
+        put_text(&r, "\n<|assistant|>\n");
+        break;
+    case TEMPLATE_MISTRAL:
+        if (first) put_id(&r, bos);
+        put_text(&r, "[INST] %s%s%s [/INST]", sys ? sys : "", sys ? "\n\n" : "", user);
+        break;
+    default: // Llama 2: every turn starts with BOS
+        put_id(&r, bos);
+        render_llama2(&r, sys, user);
+    }
+    if (r.err) { free(r.ids); return NULL; }
+    *n = r.n;
+    return r.ids;
+}
+
+// The template's control token written text, or -1 with error_message.
+static int template_token(const Tokenizer *tk, const char *text, int template) {
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (tk->kind[id] == TOKEN_CONTROL && !strcmp(tk->vocab[id], text)) return id;
+    return fail("the %s chat template needs the token %s, which this vocabulary lacks (choose another with "
+                "--chat-template)", template_names[template], text);
+}
+
+// Sets up the chat's template: the tokenizer's own, Llama 2's when the
+// model has none; its control tokens and end-of-turn. -1 with error_message.
+static int chat_template_init(Chat *chat) {
+    const Tokenizer *tk = chat->tk;
+    int template = tk->chat_template == TEMPLATE_NONE ? TEMPLATE_LLAMA2 : tk->chat_template;
+    if (template == TEMPLATE_UNKNOWN)
+        return fail("the model's chat template (tokenizer.chat_template) is not one run.c recognizes; "
+                    "choose the model's format with --chat-template NAME (" TEMPLATE_CHOICES ")");
+    chat->template = template;
+    chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
+    chat->n_end = 0;
+    if (template == TEMPLATE_LLAMA3 &&
+        ((chat->start_header = template_token(tk, "<|start_header_id|>", template)) < 0 ||
+         (chat->end_header = template_token(tk, "<|end_header_id|>", template)) < 0 ||
+         (chat->eot = template_token(tk, "<|eot_id|>", template)) < 0))
+        return -1;
+    if (template == TEMPLATE_CHATML && ((chat->im_start = template_token(tk, "<|im_start|>", template)) < 0 ||
+                                        (chat->im_end = template_token(tk, "<|im_end|>", template)) < 0))
+        return -1;
+    if (template == TEMPLATE_LLAMA3) chat->end[chat->n_end++] = chat->eot;
+    else if (template == TEMPLATE_CHATML) { // <|im_end|> and the newline after it
+        int newline[8], n = 0;
+        chat->end[chat->n_end++] = chat->im_end;
+        if (encode(chat->tk, "\n", 1, 0, 0, newline, &n) != 0) return -1;
+        for (int i = 0; i < n && chat->n_end < MAX_END; i++) chat->end[chat->n_end++] = newline[i];
+    } else chat->end[chat->n_end++] = tk->eos_id;
+    return 0;
 }
 
 // Appends ids to the context; -1 if they do not fit.
@@ -1562,34 +1777,39 @@ static float *feed_context(Chat *chat) {
 // kept is evaluated again from position 0 by the next feed. 0 ok; 1 if the
 // message cannot fit even alone (nothing changes); -1 on error.
 static int make_room(Chat *chat, const char *user, int need_after) {
-    int seq_len = chat->t->config.seq_len;
+    int seq_len = chat->t->config.seq_len, n = 0;
     for (int first = chat->first_kept + 1; first <= chat->n_turns; first++) {
-        int n;
         int *prompt = render_turn(chat, user, first == chat->n_turns, &n);
         if (!prompt) return -1;
         free(prompt);
         int kept = kept_turns(chat, first, 0);
         if (kept < 0) return -1;
         if (kept + n + need_after > seq_len) continue;
-        fprintf(stderr, "run: context full: dropped %d oldest turn(s), evaluating the %d tokens kept again\n",
-                first - chat->first_kept, kept);
+        int dropped = first - chat->first_kept;
+        if (kept == 0) fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the context starts afresh\n",
+                               dropped);
+        else fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the %d tokens of the turns kept are "
+                     "evaluated again\n", dropped, kept);
         chat->n_context = kept_turns(chat, first, 1);
         chat->first_kept = first;
         chat->pos = 0;
         return 0;
     }
-    fail("message of %zu bytes does not fit the context of %d tokens; not sent", strlen(user), seq_len);
+    fail("message not sent: its turn takes %d tokens (the message in the chat template) and %d more are kept for "
+         "the reply, more than the context of %d tokens", n, need_after, seq_len);
     return 1;
 }
 
-// Streams a reply to stdout; returns its ids with EOS last (NULL on failure).
+// Streams a reply to stdout; returns its ids with the template's end-of-turn
+// last (NULL on failure). The first piece's leading space goes, as after
+// "Assistant:" there is one already.
 static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     const Config *c = &chat->t->config;
     int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
-    int *reply = malloc(((size_t)limit + 1) * sizeof(int));
+    int *reply = malloc(((size_t)limit + MAX_END) * sizeof(int));
     if (!reply) { fail("out of memory"); return NULL; }
     TextOut text = {.out = stdout};
-    int n = 0, prev = -1; // -1: a reply keeps its leading space
+    int n = 0, prev = -1; // -1: no BOS before, the piece comes whole
     while (n < limit && !interrupted) {
         if (!logits_finite(logits, c->vocab_size)) {
             fprintf(stderr, "\nrun: the model's logits are not finite (NaN or infinity); reply ended\n");
@@ -1599,6 +1819,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
         if (ends_generation(chat->tk, next)) break;
         size_t len;
         const char *piece = decode(chat->tk, prev, next, &len);
+        if (n == 0 && len > 0 && piece[0] == ' ') { piece++; len--; }
         text_put(&text, piece, len);
         fflush(stdout);
         reply[n++] = prev = next;
@@ -1608,7 +1829,8 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     }
     text_finish(&text);
     interrupted = 0; // Ctrl-C ends the reply, not the chat
-    reply[n++] = c->eos_id; // the reply ends with EOS, fed with the next turn
+    // however it ended, the reply ends with the end-of-turn, fed with the next turn
+    for (int i = 0; i < chat->n_end; i++) reply[n++] = chat->end[i];
     *n_reply = n;
     return reply;
 }
@@ -1641,19 +1863,22 @@ static int chat_turn(Chat *chat, const char *user) {
     turn->reply = chat_reply(chat, logits, &turn->n_reply);
     if (!turn->reply) { free(saved); return -1; }
     chat->n_turns++;
-    context_append(chat, &c->eos_id, 1); // if full, the next turn drops old turns and rebuilds
+    // the end-of-turn; if it does not fit, the next turn drops old turns and rebuilds
+    context_append(chat, turn->reply + turn->n_reply - chat->n_end, chat->n_end);
     printf("\n");
     return 0;
 }
 
 // Reads one line of any length without its line ending; NULL at end of
-// input (or Ctrl-C). A line holding a NUL byte comes back empty, with a
-// message: it cannot be sent whole.
-static char *read_line(FILE *in) {
+// input (or Ctrl-C). *ended: the line ended with a newline (not at end of
+// input). A line holding a NUL byte comes back empty, with a message: it
+// cannot be sent whole.
+static char *read_line(FILE *in, int *ended) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, in);
     if (n < 0) { free(line); return NULL; }
+    *ended = n > 0 && line[n - 1] == '\n';
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
     if (strlen(line) != (size_t)n) {
         fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
@@ -1662,14 +1887,30 @@ static char *read_line(FILE *in) {
     return line;
 }
 
-// Prints a label and reads a line from stdin; echoes it when stdin is not a
-// terminal, so a scripted conversation reads like a typed one.
-static char *ask(const char *label) {
-    printf("%s", label);
-    fflush(stdout);
-    char *line = read_line(stdin);
-    if (line && !isatty(STDIN_FILENO)) printf("%s\n", line);
-    return line;
+// Whether a line holds nothing but whitespace (a chat line to skip).
+static int blank(const char *line) {
+    size_t n = strlen(line);
+    int len;
+    for (size_t i = 0; i < n; i += (size_t)len)
+        if (!strip_space_at(line + i, n - i, &len)) return 0;
+    return 1;
+}
+
+// Reads a line from stdin after a label. On a terminal the label is the
+// prompt; through a pipe the line is echoed after its label, so a scripted
+// conversation reads like a typed one, and with skip_blank blank lines are
+// skipped without a trace.
+static char *ask(const char *label, int skip_blank) {
+    int tty = isatty(STDIN_FILENO), ended;
+    if (tty) { printf("%s", label); fflush(stdout); }
+    for (;;) {
+        char *line = read_line(stdin, &ended);
+        if (!line) return NULL;
+        if (tty && !ended) printf("\n"); // end of input after a line without its Enter
+        if (!tty && skip_blank && blank(line)) { free(line); continue; }
+        if (!tty) printf("%s%s\n", label, line);
+        return line;
+    }
 }
 
 static void free_chat(Chat *chat) {
@@ -1682,21 +1923,20 @@ static void free_chat(Chat *chat) {
 int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
                      const char *first_message, int max_reply) {
     Chat chat = {.t = t, .tk = tk, .sampler = sampler, .system = system, .max_reply = max_reply};
+    if (chat_template_init(&chat) != 0) return -1;
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
     if (!chat.context) return fail("out of memory");
     char *asked_system = NULL;
     int err = 0;
-    if (tk->chat_template == 0)
-        fprintf(stderr, "run: the model's chat template is not Llama 2's [INST] format; chatting in Llama 2's anyway\n");
     if (!system) {
-        asked_system = ask("System prompt (Enter for none): ");
+        asked_system = ask("System prompt (Enter for none): ", 0);
         chat.system = asked_system;
     }
     for (int turn = 0; system || asked_system; turn++) {
-        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ");
+        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ", 1);
         if (!user) break; // end of input
         if (turn == 0 && first_message) printf("User: %s\n", user);
-        if (user[0] != '\0') err = chat_turn(&chat, user);
+        if (!blank(user)) err = chat_turn(&chat, user); // a blank line is skipped
         free(user);
         if (err > 0) fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
         if (err < 0) break;
@@ -3812,11 +4052,7 @@ static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_
     tk->ids_known = 1;
     gguf_eog(tk, g);
     const char *template = gguf_string(g, "tokenizer.chat_template", &len);
-    if (template) {
-        tk->chat_template = 0;
-        for (size_t i = 0; i + 6 <= len; i++)
-            if (memcmp(template + i, "[INST]", 6) == 0) tk->chat_template = 1;
-    }
+    if (template) tk->chat_template = recognize_template(template, len);
     return 0;
 }
 
@@ -4314,6 +4550,7 @@ typedef struct {
     const char *output;        // -o
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
+    int chat_template;         // --chat-template: a TEMPLATE_*, or TEMPLATE_NONE: the model's own
     int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
     int context;               // -c
@@ -4340,6 +4577,7 @@ void usage(FILE *f) {
         "  -z <file>   tokenizer: tokenizer.bin or a GGUF file (default: the GGUF model's own, else tokenizer.bin)\n"
         "  -m <mode>   generate | chat | tokenize | logits | bench | quantize (default generate)\n"
         "  -y <string> system prompt (chat mode)\n"
+        "  --chat-template <name>  chat mode: " TEMPLATE_CHOICES " (default: the model's own)\n"
         "  -o <file>   output file (logits and quantize modes)\n"
         "  --dtype <t> quantize mode: f32 | f16 | q8_0 | q4_0\n"
         "  --trace <file>  append every token id fed to the model, one per line\n"
@@ -4396,7 +4634,7 @@ enum { ARGS_OK = 0, ARGS_HELP = 1 };
 
 // ARGS_OK; ARGS_HELP for -h or --help; -1 with error_message naming the flag.
 int parse_args(Options *o, int argc, char **argv) {
-    *o = (Options){.dtype = -1, .mode = "generate", .steps = 256};
+    *o = (Options){.dtype = -1, .mode = "generate", .steps = 256, .chat_template = TEMPLATE_NONE};
     o->sampling = (SamplerParams){.temperature = 1.0f, .top_p = 0.9f, .top_k = 0, .min_p = 0.0f,
                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++)
@@ -4406,7 +4644,8 @@ int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i];
         static const char *flags[] = {"-t", "-p", "-k", "--min-p", "--repeat-penalty", "--repeat-last-n", "-s",
-                                      "-n", "-c", "--dtype", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv"};
+                                      "-n", "-c", "--dtype", "-i", "-f", "-z", "-m", "-y", "-o", "--trace", "--kv",
+                                      "--chat-template"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(flag, flags[k]);
         if (!known) return fail("%s: unknown flag", flag);
@@ -4435,6 +4674,10 @@ int parse_args(Options *o, int argc, char **argv) {
             o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
         }
         else if (!strcmp(flag, "--dtype")) err = parse_dtype(v, &o->dtype);
+        else if (!strcmp(flag, "--chat-template")) {
+            o->chat_template = template_by_name(v);
+            if (o->chat_template < 0) return fail("--chat-template: '%s' is not one of " TEMPLATE_CHOICES, v);
+        }
         else o->trace = v; // --trace
         if (err) return -1;
     }
@@ -4506,6 +4749,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
     if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
+    if (o->chat_template != TEMPLATE_NONE) tk->chat_template = o->chat_template;
     if (!strcmp(o->mode, "tokenize")) return tokenize_mode(tk, text, text_len);
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
