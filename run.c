@@ -88,6 +88,8 @@ typedef struct {
     int seq_len;           // context length: positions the KV cache holds
     int head_size;         // dim / n_heads
     float rope_theta;      // RoPE base frequency
+    float rope_scale;      // positions are multiplied by it (linear scaling: 1 / factor), else 1
+    int rope_neox;         // 1: RoPE pairs dimension i with i + head_size/2 (qwen2), 0: 2i with 2i+1
     float norm_eps;        // RMSNorm epsilon
     int shared_classifier; // 1: the classifier reuses token_embedding
     int bos_id, eos_id;
@@ -119,6 +121,9 @@ typedef struct {
     Matrix w1;            // (hidden_dim, dim)   gate
     Matrix w2;            // (dim, hidden_dim)   down
     Matrix w3;            // (hidden_dim, dim)   up
+    const float *bq;      // (n_heads*head_size) biases added after wq, wk, wv (qwen2), or NULL
+    const float *bk;      // (n_kv_heads*head_size)
+    const float *bv;      // (n_kv_heads*head_size)
 } LayerWeights;
 
 // Every pointer points into the memory map; nothing here owns weight data.
@@ -127,6 +132,8 @@ typedef struct {
     LayerWeights *layers;   // (n_layers), the only allocation
     const float *rms_final; // (dim)
     Matrix wcls;            // (vocab_size, dim), the embedding when shared
+    const float *rope_freqs; // (head_size/2) each RoPE frequency is divided by its factor
+                             // (Llama 3.1+ rope scaling), or NULL
 } TransformerWeights;
 
 // Positions per prefill block: forward_batch evaluates longer runs block by
@@ -298,25 +305,38 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
 }
 
 // The rotation angles for position pos, computed in double so that long
-// contexts keep their precision: pair i turns by pos * theta^(-2i/head_size).
-static void rope_angles(float *cos_out, float *sin_out, int pos, int head_size, float theta) {
-    for (int i = 0; i < head_size / 2; i++) {
-        double angle = pos * pow(theta, -2.0 * i / head_size);
+// contexts keep their precision: pair i turns by
+// pos * rope_scale * theta^(-2i/head_size), divided by freq_factors[i]
+// when the model has them (Llama 3.1's rope scaling).
+static void rope_angles(float *cos_out, float *sin_out, int pos, const Config *c, const float *freq_factors) {
+    int hs = c->head_size;
+    for (int i = 0; i < hs / 2; i++) {
+        double angle = pos * (double)c->rope_scale * pow(c->rope_theta, -2.0 * i / hs);
+        if (freq_factors) angle /= freq_factors[i];
         cos_out[i] = (float)cos(angle);
         sin_out[i] = (float)sin(angle);
     }
 }
 
-// Rotates consecutive pairs (x[2i], x[2i+1]) of each of n_heads heads.
-static void rope(float *x, int n_heads, int head_size, const float *cos_t, const float *sin_t) {
+// Rotates pair i of each of n_heads heads: (x[2i], x[2i+1]), or with neox
+// (x[i], x[i + head_size/2]), the "rotate half" layout.
+static void rope(float *x, int n_heads, int head_size, int neox, const float *cos_t, const float *sin_t) {
+    int half = head_size / 2, step = neox ? 1 : 2, other = neox ? half : 1;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_size;
-        for (int i = 0; i < head_size / 2; i++) {
-            float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * cos_t[i] - b * sin_t[i];
-            v[2 * i + 1] = a * sin_t[i] + b * cos_t[i];
+        for (int i = 0; i < half; i++) {
+            float *p = v + i * step, a = p[0], b = p[other];
+            p[0] = a * cos_t[i] - b * sin_t[i];
+            p[other] = a * sin_t[i] + b * cos_t[i];
         }
     }
+}
+
+// x += bias over each of n rows of width values; no bias, nothing to do.
+static void add_bias(float *x, const float *bias, int n, int width) {
+    if (!bias) return;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < width; i++) x[(size_t)r * width + i] += bias[i];
 }
 
 /* ----------------------------------------------------------------------------
@@ -363,7 +383,7 @@ float *forward(Transformer *t, int token, int pos) {
     if (t->trace) fprintf(t->trace, "%d\n", token);
 
     dequantize_row(s->x, &w->token_embedding, token);
-    rope_angles(s->rope_cos, s->rope_sin, pos, hs, c->rope_theta);
+    rope_angles(s->rope_cos, s->rope_sin, pos, c, w->rope_freqs);
 
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
@@ -374,8 +394,11 @@ float *forward(Transformer *t, int token, int pos) {
         // attention: q, k, v for this position; k and v go straight into an fp32 cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
         matmul_shared((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, &s->mm);
-        rope(s->q, c->n_heads, hs, s->rope_cos, s->rope_sin);
-        rope(k, c->n_kv_heads, hs, s->rope_cos, s->rope_sin);
+        add_bias(s->q, lw->bq, 1, c->n_heads * hs);
+        add_bias(k, lw->bk, 1, kvd);
+        add_bias(v, lw->bv, 1, kvd);
+        rope(s->q, c->n_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
+        rope(k, c->n_kv_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
         int h;
         #pragma omp parallel for private(h)
@@ -433,7 +456,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     for (int i = 0; i < n; i++) {
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
         dequantize_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
-        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, hs, c->rope_theta);
+        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, c, w->rope_freqs);
     }
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -445,12 +468,15 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         // attention: q, k, v for the block; k and v go straight into an fp32 cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
         matmul_shared((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, &s->mm);
+        add_bias(s->bq, lw->bq, n, q_dim);
+        add_bias(k, lw->bk, n, kvd);
+        add_bias(v, lw->bv, n, kvd);
         int i;
         #pragma omp parallel for private(i) schedule(static)
         for (i = 0; i < n; i++) {
             const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
-            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, cos_t, sin_t);
-            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, cos_t, sin_t);
+            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
+            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
         }
         if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)n * kvd);
         int h;
@@ -511,24 +537,50 @@ float *forward_batch(Transformer *t, const int *tokens, int n, int pos, float *l
    the highest-scoring piece (leftmost on ties), then spell whatever is not a
    piece as <0xXX> byte tokens. */
 
-// Token kinds, numbered as SentencePiece and GGUF number them.
-enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_BYTE = 6 };
+// Token kinds, numbered as SentencePiece and GGUF number them. User-defined
+// tokens (byte-level BPE) are found whole in the text before it is split.
+enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5,
+       TOKEN_BYTE = 6 };
+
+// One merge of byte-level BPE, known by what it makes: token merged, of
+// which the left part is left_len bytes long. Lower ranks merge first.
+// merged < 0 marks an empty slot of the merge table.
+typedef struct { int merged, left_len, rank; } BpePair;
+
+#define MAX_EOG 16 // end-of-generation tokens a model may have
+
+// Chat templates (see the chat section): the one a GGUF file's
+// tokenizer.chat_template is recognized as, or NONE (no template: Llama 2's
+// format is used) or UNKNOWN (the user must choose one).
+enum { TEMPLATE_NONE = -1, TEMPLATE_LLAMA2, TEMPLATE_LLAMA3, TEMPLATE_CHATML, TEMPLATE_ZEPHYR, TEMPLATE_MISTRAL,
+       TEMPLATE_UNKNOWN };
 
 typedef struct {
-    char **vocab;          // (vocab_size) pieces, NUL-terminated
+    char **vocab;          // (vocab_size) pieces, NUL-terminated (byte-level BPE: raw bytes)
     int *piece_len;        // (vocab_size) byte lengths
     float *scores;         // (vocab_size) merge priority
     unsigned char *kind;   // (vocab_size) TOKEN_*; only normal pieces take part in merges
     int vocab_size;
-    int bos_id, eos_id, unk_id;
+    int bos_id, eos_id, unk_id; // bos_id -1: the model has none
     int add_dummy_prefix;  // SentencePiece normalizer flags
     int remove_extra_spaces;
     int add_bos;           // prompts start with BOS
-    int chat_template;     // GGUF's template: -1 none, 1 Llama 2's [INST] format, 0 another
+    int chat_template;     // TEMPLATE_*: the file's chat template
     int ids_known;         // BOS/EOS ids came from the file (GGUF), not from the model
-    int byte_token[256];   // id of <0xXX>, or -1
+    int byte_token[256];   // id of <0xXX> (byte-level BPE: of the one-byte token), or -1
     int *table;            // (table_size) piece hash table of ids, -1 = empty
     size_t table_size;     // a power of two
+    int eog[MAX_EOG];      // tokens that end generation besides BOS and EOS (GGUF: EOT, ...;
+                           // see ends_generation)
+    int n_eog;
+    // byte-level BPE (GPT-2, Llama 3, Qwen 2) only:
+    int byte_level;        // 1: byte-level BPE, 0: SentencePiece
+    int pre;               // PRE_*: the pre-tokenizer that splits text into words
+    int ignore_merges;     // a word that is a token is taken whole (Llama 3)
+    BpePair *pairs;        // (pairs_size) hash table of merges by (merged, left_len)
+    size_t pairs_size;     // a power of two
+    int *user_tokens;      // (n_user_tokens) the user-defined tokens, longest first
+    int n_user_tokens;
 } Tokenizer;
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -562,15 +614,28 @@ static unsigned char guess_kind(const char *p, int len) {
     return TOKEN_NORMAL;
 }
 
-// Fills the hash table and byte table from vocab/kind. The first of two
-// equal pieces wins, as in SentencePiece.
-static int index_vocab(Tokenizer *tk) {
+// Fills the hash table with the normal pieces; the first of two equal
+// pieces wins, as in SentencePiece. Empties the byte table.
+static int index_pieces(Tokenizer *tk) {
     tk->table_size = 16;
     while (tk->table_size < 2 * (size_t)tk->vocab_size) tk->table_size *= 2;
     tk->table = malloc(tk->table_size * sizeof(int));
     if (!tk->table) return -1;
     memset(tk->table, 0xff, tk->table_size * sizeof(int));
     for (int b = 0; b < 256; b++) tk->byte_token[b] = -1;
+    for (int id = 0; id < tk->vocab_size; id++) {
+        const char *p = tk->vocab[id];
+        if (tk->kind[id] != TOKEN_NORMAL || lookup_piece(tk, p, (size_t)tk->piece_len[id]) >= 0) continue;
+        size_t mask = tk->table_size - 1, i = hash_bytes(p, (size_t)tk->piece_len[id]) & mask;
+        while (tk->table[i] >= 0) i = (i + 1) & mask;
+        tk->table[i] = id;
+    }
+    return 0;
+}
+
+// Indexes a SentencePiece vocabulary: its pieces, byte tokens and flags.
+static int index_vocab(Tokenizer *tk) {
+    if (index_pieces(tk) != 0) return -1;
     tk->unk_id = 0;
     tk->add_dummy_prefix = 1;
     // tokenizer.bin does not record SentencePiece's remove_extra_whitespaces.
@@ -580,17 +645,11 @@ static int index_vocab(Tokenizer *tk) {
     for (int id = 0; id < tk->vocab_size; id++)
         if (tk->kind[id] == TOKEN_NORMAL && strstr(tk->vocab[id], "  ")) tk->remove_extra_spaces = 0;
     for (int id = 0; id < tk->vocab_size; id++) {
-        const char *p = tk->vocab[id];
         if (tk->kind[id] == TOKEN_BYTE) {
-            int b = (int)strtol(p + 3, NULL, 16);
+            int b = (int)strtol(tk->vocab[id] + 3, NULL, 16);
             if (tk->byte_token[b] < 0) tk->byte_token[b] = id;
-            continue;
         }
         if (tk->kind[id] == TOKEN_UNKNOWN) tk->unk_id = id;
-        if (tk->kind[id] != TOKEN_NORMAL || lookup_piece(tk, p, tk->piece_len[id]) >= 0) continue;
-        size_t mask = tk->table_size - 1, i = hash_bytes(p, tk->piece_len[id]) & mask;
-        while (tk->table[i] >= 0) i = (i + 1) & mask;
-        tk->table[i] = id;
     }
     return 0;
 }
@@ -599,6 +658,7 @@ void tokenizer_close(Tokenizer *tk) {
     if (tk->vocab)
         for (int i = 0; i < tk->vocab_size; i++) free(tk->vocab[i]);
     free(tk->vocab); free(tk->piece_len); free(tk->scores); free(tk->kind); free(tk->table);
+    free(tk->pairs); free(tk->user_tokens);
     memset(tk, 0, sizeof *tk);
 }
 
@@ -612,7 +672,7 @@ static int tokenizer_alloc(Tokenizer *tk, int vocab_size) {
     tk->bos_id = 1;
     tk->eos_id = 2;
     tk->add_bos = 1;
-    tk->chat_template = -1;
+    tk->chat_template = TEMPLATE_NONE;
     return tk->vocab && tk->piece_len && tk->scores && tk->kind ? 0 : -1;
 }
 
@@ -703,9 +763,9 @@ static size_t normalize(const Tokenizer *tk, const char *text, size_t len, char 
     return n;
 }
 
-// Encodes text[0..len) into tokens, which has room for 3 * len + 3 ids.
-// 0 ok, -1 with error_message.
-int encode(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens, int *n_tokens) {
+// SentencePiece's encoding of text[0..len) (see encode).
+static int encode_sentencepiece(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
+                                int *n_tokens) {
     *n_tokens = 0;
     if (add_bos) tokens[(*n_tokens)++] = tk->bos_id;
     if (len > (size_t)INT_MAX / 4) return fail("prompt of %zu bytes is too long", len);
@@ -749,8 +809,9 @@ int encode(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos
 }
 
 // The bytes that token prints after prev_token: byte tokens give their one
-// raw byte, control tokens nothing, and a piece's leading space is dropped
-// right after BOS (it is the dummy prefix).
+// raw byte, control tokens nothing, and a SentencePiece piece's leading
+// space is dropped right after BOS (it is the dummy prefix). A byte-level
+// BPE token gives its raw bytes, perhaps part of a UTF-8 character.
 const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
     static char byte_piece[256][2];
     if (token < 0 || token >= tk->vocab_size || tk->kind[token] == TOKEN_CONTROL) { *len = 0; return ""; }
@@ -762,8 +823,295 @@ const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
         *len = 1;
         return byte_piece[b];
     }
-    if (prev_token == tk->bos_id && p[0] == ' ') { p++; (*len)--; }
+    if (prev_token == tk->bos_id && p[0] == ' ' && !tk->byte_level) { p++; (*len)--; }
     return p;
+}
+
+// Whether generation stops at token: BOS (llama2.c's models end a text
+// with it), EOS, and the model's other end-of-generation tokens (GGUF).
+static int ends_generation(const Tokenizer *tk, int token) {
+    if (token == tk->bos_id || token == tk->eos_id) return 1;
+    for (int i = 0; i < tk->n_eog; i++)
+        if (token == tk->eog[i]) return 1;
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------
+   Tokenizer: byte-level BPE (GPT-2, Llama 3, Qwen 2), loaded from GGUF (see
+   gguf_vocab_bpe in the engine room), which turns every token back into its
+   raw bytes: encoding and decoding work on raw bytes.
+
+   Encoding first takes out the user-defined tokens the text spells (as
+   llama.cpp and Hugging Face do; never a control token: those only come
+   from templates, by id). Each piece of text in between is split into
+   words by a hand-written matcher for the model's pre-tokenizer, the
+   regular expression of its tokenizer.json. Within each word, starting from
+   one symbol per byte, the lowest-ranked merge applies first (leftmost on
+   ties), with the heap of the SentencePiece path: a merge's score is minus
+   its rank. */
+
+// The pre-tokenizers, by the expression each model's tokenizer.json gives:
+// PRE_LLAMA3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//             ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// PRE_QWEN2   the same with \p{N} (one digit) for \p{N}{1,3}
+// PRE_GPT2    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// PRE_DIGITS  every \p{N} alone first, then GPT-2's expression on the rest
+enum { PRE_LLAMA3, PRE_QWEN2, PRE_GPT2, PRE_DIGITS };
+
+// Code point classes for the pre-tokenizers (\p{L}, \p{N}, \s), from the
+// Unicode tables at the end of this file.
+enum { CHAR_OTHER, CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE };
+static int unicode_class(uint32_t c);
+
+// The code point of the valid UTF-8 character s[0..len).
+static uint32_t utf8_decode(const unsigned char *s, int len) {
+    if (len == 1) return s[0];
+    uint32_t c = s[0] & (0x7F >> len);
+    for (int i = 1; i < len; i++) c = c << 6 | (s[i] & 0x3F);
+    return c;
+}
+
+// Where the merge making token merged from a left part of left_len bytes
+// sits in the merge table, or the empty slot it would take.
+static size_t pair_slot(const Tokenizer *tk, int merged, int left_len) {
+    uint64_t h = ((uint64_t)(uint32_t)merged << 32 | (uint32_t)left_len) * 0x9E3779B97F4A7C15ull;
+    size_t mask = tk->pairs_size - 1, i = (size_t)(h >> 32) & mask;
+    while (tk->pairs[i].merged >= 0 && (tk->pairs[i].merged != merged || tk->pairs[i].left_len != left_len))
+        i = (i + 1) & mask;
+    return i;
+}
+
+// The merge of the adjacent spans s[0..left_len) and s[left_len..len), or
+// NULL if they do not merge.
+static const BpePair *bpe_pair(const Tokenizer *tk, const char *s, int left_len, int len) {
+    int merged = lookup_piece(tk, s, (size_t)len);
+    if (merged < 0) return NULL;
+    const BpePair *p = &tk->pairs[pair_slot(tk, merged, left_len)];
+    return p->merged >= 0 ? p : NULL;
+}
+
+/* Pre-tokenizers. Text is a sequence of units: a valid UTF-8 character, or
+   one byte that starts no valid character. A bad byte counts as a
+   non-letter, non-number, non-space unit, as the U+FFFD that llama.cpp puts
+   in its place, but keeps its own byte, so that decoding gives back exactly
+   the text. Each matcher returns the length in units of the pattern's
+   match at pos, end being where the text (or its digit-free chunk) ends. */
+
+typedef struct {
+    uint32_t *cp;       // (n + 1) code points, U+FFFD for a bad byte
+    unsigned char *cls; // (n + 1) CHAR_* classes
+    int *at;            // (n + 1) byte offsets; at[n] is the text's length
+    size_t n;
+} Units;
+
+static int is_newline(uint32_t c) { return c == '\r' || c == '\n'; }
+
+// Unicode's simple case folding, as far as it reaches s t r e v m l d:
+// A-Z, and U+017F LONG S, which folds to s.
+static uint32_t fold_case(uint32_t c) {
+    if (c >= 'A' && c <= 'Z') return c + ('a' - 'A');
+    return c == 0x17F ? 's' : c;
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d, any_case for Llama 3's (?i:...). Case-insensitive
+// as the regex engines are, so "'\u017F" counts too (llama.cpp's rewrite
+// '[sS]|'[tT]|... misses just that one).
+static size_t match_contraction(const Units *u, size_t pos, size_t end, int any_case) {
+    if (u->cp[pos] != '\'' || pos + 1 >= end) return 0;
+    uint32_t a = u->cp[pos + 1], c = pos + 2 < end ? u->cp[pos + 2] : 0;
+    if (any_case) { a = fold_case(a); c = fold_case(c); }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && c == 'e') || (a == 'v' && c == 'e') || (a == 'l' && c == 'l')) return 3;
+    return 0;
+}
+
+// \s+(?!\S)|\s+ at a space: the run of spaces but its last one when a
+// non-space follows (that one starts the next word), all of it at the end.
+static size_t match_spaces(const Units *u, size_t pos, size_t end) {
+    size_t i = pos;
+    while (i < end && u->cls[i] == CHAR_SPACE) i++;
+    return i - pos > 1 && i < end ? i - pos - 1 : i - pos;
+}
+
+// Llama 3's expression, or Qwen 2's when max_digits is 1.
+static size_t match_llama3(const Units *u, size_t pos, size_t end, size_t max_digits) {
+    const unsigned char *k = u->cls;
+    size_t i = pos, n = match_contraction(u, pos, end, 1);
+    if (n > 0) return n;
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    int lead = !is_newline(u->cp[i]) && k[i] != CHAR_NUMBER; // may stand before the letters
+    if (k[i] == CHAR_LETTER || (lead && i + 1 < end && k[i + 1] == CHAR_LETTER)) {
+        for (i++; i < end && k[i] == CHAR_LETTER; i++) {}
+        return i - pos;
+    }
+    // \p{N}{1,3}
+    if (k[i] == CHAR_NUMBER) {
+        while (i < end && k[i] == CHAR_NUMBER && i - pos < max_digits) i++;
+        return i - pos;
+    }
+    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+    if (u->cp[i] == ' ' && i + 1 < end) i++;
+    if (k[i] == CHAR_OTHER) {
+        while (i < end && k[i] == CHAR_OTHER) i++;
+        while (i < end && is_newline(u->cp[i])) i++;
+        return i - pos;
+    }
+    // \s*[\r\n]+: the run of spaces up to its last newline
+    size_t last_newline = 0;
+    for (i = pos; i < end && k[i] == CHAR_SPACE; i++)
+        if (is_newline(u->cp[i])) last_newline = i + 1;
+    if (last_newline > 0) return last_newline - pos;
+    n = match_spaces(u, pos, end);
+    return n > 0 ? n : 1; // every unit matches above; 1 keeps progress certain
+}
+
+// GPT-2's expression.
+static size_t match_gpt2(const Units *u, size_t pos, size_t end) {
+    size_t i = pos, n = match_contraction(u, pos, end, 0);
+    if (n > 0) return n;
+    if (u->cp[i] == ' ' && i + 1 < end && u->cls[i + 1] != CHAR_SPACE) i++; // ' ?' before a letter, number or other
+    int cls = u->cls[i];
+    if (cls != CHAR_SPACE) { // ' ?\p{L}+', ' ?\p{N}+' or ' ?[^\s\p{L}\p{N}]+'
+        while (i < end && u->cls[i] == cls) i++;
+        return i - pos;
+    }
+    return match_spaces(u, pos, end);
+}
+
+// Length in units of the next pre-token at pos, before end.
+static size_t pre_token(int pre, const Units *u, size_t pos, size_t end) {
+    switch (pre) {
+    case PRE_LLAMA3: return match_llama3(u, pos, end, 3);
+    case PRE_QWEN2: return match_llama3(u, pos, end, 1);
+    default: return match_gpt2(u, pos, end);
+    }
+}
+
+// Splits text[0..len) into units, into u's arrays (room for len + 1).
+static void split_units(Units *u, const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = 0;
+    for (size_t i = 0; i < len; n++) {
+        int clen = utf8_char(s + i, len - i);
+        int bad = clen == 1 && s[i] >= 0x80;
+        u->cp[n] = bad ? 0xFFFD : utf8_decode(s + i, clen);
+        u->cls[n] = bad ? CHAR_OTHER : (unsigned char)unicode_class(u->cp[n]);
+        u->at[n] = (int)i;
+        i += (size_t)clen;
+    }
+    u->at[n] = (int)len;
+    u->n = n;
+}
+
+/* Merging. Symbols are spans of the text's bytes, indexed by where they
+   start, with ids[start] the span's token; a word's symbols are linked only
+   to each other, so merges never cross words and one heap serves the whole
+   text. */
+
+// Queues the merge of symbol left with its right neighbour if there is one.
+static void bpe_queue_merge(const Tokenizer *tk, const char *text, const Symbol *sym, const int *ids, int left,
+                            Merge *heap, int *n_heap) {
+    if (left < 0 || sym[left].next < 0 || ids[left] < 0 || ids[sym[left].next] < 0) return;
+    int len = sym[left].len + sym[sym[left].next].len;
+    const BpePair *p = bpe_pair(tk, text + left, sym[left].len, len);
+    if (p) heap_push(heap, n_heap, (Merge){.score = -(float)p->rank, .left = left, .len = len});
+}
+
+// Makes symbols of the word text[from..to): the whole of it if it is a
+// token and the model ignores merges for those, else one per byte.
+static void start_word(const Tokenizer *tk, const char *text, int from, int to, Symbol *sym, int *ids, Merge *heap,
+                       int *n_heap) {
+    if (tk->ignore_merges) {
+        int id = lookup_piece(tk, text + from, (size_t)(to - from));
+        if (id >= 0) {
+            sym[from] = (Symbol){.start = from, .len = to - from, .prev = -1, .next = -1};
+            ids[from] = id;
+            return;
+        }
+    }
+    for (int i = from; i < to; i++) {
+        sym[i] = (Symbol){.start = i, .len = 1, .prev = i > from ? i - 1 : -1, .next = i + 1 < to ? i + 1 : -1};
+        ids[i] = tk->byte_token[(unsigned char)text[i]]; // -1 (never merged, dropped) if the vocabulary lacks it
+    }
+    for (int i = from; i + 1 < to; i++) bpe_queue_merge(tk, text, sym, ids, i, heap, n_heap);
+}
+
+// Splits text[0..len) into words, merges within each word and appends the
+// resulting ids to tokens. u, sym, ids and heap are scratch for len bytes.
+static void bpe_merge_text(const Tokenizer *tk, const char *text, size_t len, Units *u, Symbol *sym, int *ids,
+                           Merge *heap, int *tokens, int *n_tokens) {
+    int n_heap = 0;
+    split_units(u, text, len);
+    for (size_t pos = 0; pos < u->n;) {
+        size_t end = u->n; // PRE_DIGITS: a digit alone, or the run up to the next digit
+        if (tk->pre == PRE_DIGITS)
+            for (end = pos + 1; u->cls[pos] != CHAR_NUMBER && end < u->n && u->cls[end] != CHAR_NUMBER; end++) {}
+        while (pos < end) {
+            size_t n = pre_token(tk->pre, u, pos, end);
+            start_word(tk, text, u->at[pos], u->at[pos + n], sym, ids, heap, &n_heap);
+            pos += n;
+        }
+    }
+    while (n_heap > 0) {
+        Merge m = heap_pop(heap, &n_heap);
+        Symbol *left = &sym[m.left];
+        // stale if either side has changed since this merge was queued (spans only grow)
+        if (left->len == 0 || left->next < 0 || left->len + sym[left->next].len != m.len) continue;
+        Symbol *right = &sym[left->next];
+        ids[m.left] = bpe_pair(tk, text + m.left, left->len, m.len)->merged;
+        left->len += right->len;
+        left->next = right->next;
+        if (right->next >= 0) sym[right->next].prev = m.left;
+        right->len = 0;
+        bpe_queue_merge(tk, text, sym, ids, left->prev, heap, &n_heap);
+        bpe_queue_merge(tk, text, sym, ids, m.left, heap, &n_heap);
+    }
+    for (int i = 0; i < (int)len; i += sym[i].len)
+        if (ids[i] >= 0) tokens[(*n_tokens)++] = ids[i];
+}
+
+// The longest user-defined token that text[0..len) starts with, or -1.
+static int user_token_at(const Tokenizer *tk, const char *text, size_t len) {
+    for (int i = 0; i < tk->n_user_tokens; i++) { // longest first
+        int id = tk->user_tokens[i];
+        size_t n = (size_t)tk->piece_len[id];
+        if (n <= len && memcmp(text, tk->vocab[id], n) == 0) return id;
+    }
+    return -1;
+}
+
+// Byte-level BPE's encoding of text[0..len) (see encode).
+static int encode_bpe(const Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
+                      int *n_tokens) {
+    *n_tokens = 0;
+    if (add_bos && tk->bos_id >= 0) tokens[(*n_tokens)++] = tk->bos_id;
+    if (len > (size_t)INT_MAX / 4) return fail("prompt of %zu bytes is too long", len);
+    Units u = {.cp = malloc((len + 1) * sizeof *u.cp), .cls = malloc(len + 1), .at = malloc((len + 1) * sizeof *u.at)};
+    Symbol *sym = malloc((len + 1) * sizeof *sym);
+    int *ids = malloc((len + 1) * sizeof *ids);
+    Merge *heap = malloc((len + 1) * 3 * sizeof *heap); // n initial + 2 per merge
+    int ok = u.cp && u.cls && u.at && sym && ids && heap;
+    for (size_t start = 0, i = 0; ok && i <= len; i++) { // pieces between user-defined tokens
+        int id = i < len && tk->n_user_tokens > 0 ? user_token_at(tk, text + i, len - i) : -1;
+        if (id < 0 && i < len) continue;
+        bpe_merge_text(tk, text + start, i - start, &u, sym, ids, heap, tokens, n_tokens);
+        if (id >= 0) {
+            tokens[(*n_tokens)++] = id;
+            i += (size_t)tk->piece_len[id] - 1;
+            start = i + 1;
+        }
+    }
+    if (ok && add_eos && tk->eos_id >= 0) tokens[(*n_tokens)++] = tk->eos_id;
+    free(u.cp); free(u.cls); free(u.at); free(sym); free(ids); free(heap);
+    return ok ? 0 : fail("out of memory encoding a prompt");
+}
+
+// Encodes text[0..len) into tokens, which has room for 3 * len + 3 ids,
+// always as plain text: no control token comes from what the text spells.
+// 0 ok, -1 with error_message.
+int encode(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens, int *n_tokens) {
+    if (tk->byte_level) return encode_bpe(tk, text, len, add_bos, add_eos, tokens, n_tokens);
+    return encode_sentencepiece(tk, text, len, add_bos, add_eos, tokens, n_tokens);
 }
 
 /* ----------------------------------------------------------------------------
@@ -996,21 +1344,28 @@ int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-// Encodes text with BOS into a new array (caller frees). NULL on failure.
-static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
+// Encodes text, with BOS if the model adds one, into a new array (caller
+// frees). NULL on failure.
+static int *encode_new(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
     int *tokens = len < SIZE_MAX / 16 ? malloc((3 * len + 3) * sizeof(int)) : NULL;
     if (!tokens) { fail("out of memory for a prompt of %zu bytes", len); return NULL; }
     if (encode(tk, text, len, tk->add_bos, 0, tokens, n_tokens) != 0) { free(tokens); return NULL; }
-    if (*n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
+    return tokens;
+}
+
+// encode_new for a prompt the model is to run: it may not be empty.
+static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
+    int *tokens = encode_new(tk, text, len, n_tokens);
+    if (tokens && *n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
     return tokens;
 }
 
 // llama2.c's generate: steps counts positions, prompt included (BOS is
 // position 0; 0 = up to the context length); the prompt is echoed;
-// generation ends at BOS or EOS or after steps positions. A final newline
-// goes to out, then the timing to stderr. 0 on success, -1 with
-// error_message (steps shorter than the prompt is refused: llama2.c would cut
-// the prompt short).
+// generation ends at BOS, EOS or another end-of-generation token, or after
+// steps positions. A final newline goes to out, then the timing to stderr.
+// 0 on success, -1 with error_message (steps shorter than the prompt is
+// refused: llama2.c would cut the prompt short).
 int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int steps, FILE *out) {
     const Config *c = &t->config;
     int n_prompt;
@@ -1051,7 +1406,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
         }
         int next = sample(s, logits, history, pos + 1);
         n_generated++;
-        if (next == c->bos_id || next == c->eos_id) break;
+        if (ends_generation(tk, next)) break;
         size_t len;
         const char *piece = decode(tk, token, next, &len);
         text_put(&text, piece, len);
@@ -1069,9 +1424,10 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     return err;
 }
 
+// Prints the ids of text, one line (an empty one for no ids).
 int tokenize_mode(Tokenizer *tk, const char *text, size_t len) {
     int n;
-    int *tokens = encode_prompt(tk, text, len, &n);
+    int *tokens = encode_new(tk, text, len, &n);
     if (!tokens) return -1;
     for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", tokens[i]);
     printf("\n");
@@ -1189,25 +1545,96 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
 }
 
 /* ----------------------------------------------------------------------------
-   Chat: Llama 2's format. The first turn in the context carries the system
-   prompt: BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]", later
-   turns are BOS "[INST] {user} [/INST]"; each reply ends with EOS in the
-   context. The KV cache holds the conversation, so a turn costs only its own
-   tokens. When a turn does not fit, the oldest whole turns are dropped and
-   what is kept is evaluated again. */
+   Chat, in the model's own template. A turn is rendered as the model's Jinja
+   template renders it (control tokens inserted by id, the text between them
+   encoded as plain text), and each reply ends with the template's
+   end-of-turn in the context:
+     llama2   BOS "[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]" {reply} EOS,
+              later turns BOS "[INST] {user} [/INST]" (Meta strips each message)
+     mistral  BOS "[INST] {system}\n\n{user} [/INST]" {reply} EOS, later "[INST] {user} [/INST]"
+     llama3   BOS <|start_header_id|>system<|end_header_id|>"\n\n{system}"<|eot_id|>
+              <|start_header_id|>user<|end_header_id|>"\n\n{user}"<|eot_id|>
+              <|start_header_id|>assistant<|end_header_id|>"\n\n" {reply}<|eot_id|>
+              (messages trimmed, as the template's | trim does)
+     chatml   <|im_start|>"system\n{system}"<|im_end|>"\n"<|im_start|>"user\n{user}"<|im_end|>"\n"
+              <|im_start|>"assistant\n" {reply}<|im_end|>"\n"
+     zephyr   "<|system|>\n{system}" EOS "\n<|user|>\n{user}" EOS "\n<|assistant|>\n" {reply} EOS,
+              later turns "\n<|user|>\n{user}" EOS "\n<|assistant|>\n"
+   (chatml and zephyr start with BOS when the model adds one). The first turn
+   in the context carries the system prompt. The KV cache holds the
+   conversation, so a turn costs only its own tokens. When a turn does not
+   fit, the oldest whole turns are dropped and what is kept is evaluated
+   again. */
+
+static const char *const template_names[] = {"llama2", "llama3", "chatml", "zephyr", "mistral"};
+#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral"
+
+static int contains(const char *s, size_t len, const char *word) {
+    size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(s + i, word, n) == 0) return 1;
+    return 0;
+}
+
+// Which template a Jinja chat template is, by distinctive substrings, as
+// llama.cpp's llm_chat_detect_template tells them apart.
+static int recognize_template(const char *jinja, size_t len) {
+    if (contains(jinja, len, "<|im_start|>")) return TEMPLATE_CHATML;
+    if (contains(jinja, len, "[INST]")) return contains(jinja, len, "<<SYS>>") ? TEMPLATE_LLAMA2 : TEMPLATE_MISTRAL;
+    if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
+        return TEMPLATE_LLAMA3;
+    if (contains(jinja, len, "<|user|>")) return TEMPLATE_ZEPHYR;
+    return TEMPLATE_UNKNOWN;
+}
+
+// TEMPLATE_* by name (--chat-template), or -1.
+static int template_by_name(const char *name) {
+    for (int i = 0; i < (int)(sizeof template_names / sizeof *template_names); i++)
+        if (!strcmp(name, template_names[i])) return i;
+    return -1;
+}
+
+// Whether the character at s[0..n) is whitespace to strip: Python's
+// str.strip() set (Unicode White_Space and U+001C..U+001F), as Meta's
+// reference and the Jinja trim filter strip. *len: the character's length.
+static int strip_space_at(const char *s, size_t n, int *len) {
+    *len = utf8_char((const unsigned char *)s, n);
+    uint32_t c = utf8_decode((const unsigned char *)s, *len);
+    return (*len > 1 || (unsigned char)s[0] < 0x80) && (unicode_class(c) == CHAR_SPACE || (c >= 0x1C && c <= 0x1F));
+}
+
+// text without its leading and trailing whitespace, in a new string.
+static char *strip_copy(const char *text) {
+    size_t n = strlen(text), start = 0, end = 0;
+    int len, seen = 0;
+    for (size_t i = 0; i < n; i += (size_t)len) {
+        int space = strip_space_at(text + i, n - i, &len);
+        if (!space && !seen) { start = i; seen = 1; }
+        if (!space) end = i + (size_t)len;
+    }
+    char *out = malloc(end - start + 1);
+    if (out) { memcpy(out, text + start, end - start); out[end - start] = '\0'; }
+    return out;
+}
 
 typedef struct {
     char *user;  // the user's message
-    int *reply;  // the reply's ids, EOS last
+    int *reply;  // the reply's ids, the template's end-of-turn last
     int n_reply;
 } Turn;
+
+#define MAX_END 4 // ids in a template's end-of-turn
 
 typedef struct {
     Transformer *t;
     Tokenizer *tk;
     Sampler *sampler;
     const char *system; // NULL or "" for none
-    int max_reply;      // tokens per reply, EOS excluded
+    int max_reply;      // tokens per reply, the end-of-turn excluded
+    int template;       // TEMPLATE_*
+    int start_header, end_header, eot, im_start, im_end; // the template's control tokens, or -1
+    int end[MAX_END];   // what ends a reply in the context
+    int n_end;
     Turn *turns;        // (n_turns) every turn so far
     int n_turns;
     int first_kept;     // turns before this one were dropped from the context
@@ -1216,17 +1643,155 @@ typedef struct {
     int pos;            // context[0..pos) have been fed to the model
 } Chat;
 
-// The prompt of one turn (BOS first), into a new array; NULL on failure.
-static int *render_turn(Chat *chat, const char *user, int with_system, int *n) {
-    const char *sys = with_system && chat->system && chat->system[0] ? chat->system : NULL;
-    size_t len = strlen(user) + (sys ? strlen(sys) : 0) + 64;
-    char *text = malloc(len);
-    if (!text) { fail("out of memory"); return NULL; }
-    if (sys) snprintf(text, len, "[INST] <<SYS>>\n%s\n<</SYS>>\n\n%s [/INST]", sys, user);
-    else snprintf(text, len, "[INST] %s [/INST]", user);
-    int *tokens = encode_prompt(chat->tk, text, strlen(text), n);
+// A growing list of ids, rendered piece by piece; err is set on failure.
+typedef struct { Tokenizer *tk; int *ids; int n, cap, err; } Rendering;
+
+static void put_id(Rendering *r, int id) {
+    if (r->err || id < 0) return;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        int *grown = realloc(r->ids, (size_t)cap * sizeof(int));
+        if (!grown) { r->err = fail("out of memory"); return; }
+        r->ids = grown;
+        r->cap = cap;
+    }
+    r->ids[r->n++] = id;
+}
+
+// Encodes a piece of text (built from format) as plain text, no BOS.
+static void put_text(Rendering *r, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int len = vsnprintf(NULL, 0, format, args);
+    va_end(args);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    int *ids = text ? malloc((3 * (size_t)len + 3) * sizeof(int)) : NULL;
+    int n = 0;
+    if (!ids || r->err) { free(text); if (!r->err) r->err = fail("out of memory"); return; }
+    va_start(args, format);
+    vsnprintf(text, (size_t)len + 1, format, args);
+    va_end(args);
+    if (encode(r->tk, text, (size_t)len, 0, 0, ids, &n) != 0) r->err = -1;
+    for (int i = 0; i < n; i++) put_id(r, ids[i]);
     free(text);
-    return tokens;
+    free(ids);
+}
+
+// Llama 3's header: <|start_header_id|>{role}<|end_header_id|>.
+static void put_header(Rendering *r, const Chat *chat, const char *role) {
+    put_id(r, chat->start_header);
+    put_text(r, "%s", role);
+    put_id(r, chat->end_header);
+}
+
+// The Llama 2 turn, as Meta's chat_completion renders it: the system block
+// and the message are stripped together.
+static void render_llama2(Rendering *r, const char *sys, const char *user) {
+    size_t size = strlen(user) + (sys ? strlen(sys) : 0) + 32;
+    char *text = malloc(size);
+    if (!text) { r->err = fail("out of memory"); return; }
+    if (sys) snprintf(text, size, "<<SYS>>\n%s\n<</SYS>>\n\n%s", sys, user);
+    else snprintf(text, size, "%s", user);
+    char *stripped = strip_copy(text);
+    if (stripped) put_text(r, "[INST] %s [/INST]", stripped);
+    else r->err = fail("out of memory");
+    free(stripped);
+    free(text);
+}
+
+// Llama 3's messages, each trimmed.
+static void render_llama3(Rendering *r, const Chat *chat, const char *sys, const char *user) {
+    const char *roles[] = {"system", "user"}, *messages[] = {sys, user};
+    for (int i = 0; i < 2; i++) {
+        if (!messages[i]) continue;
+        char *trimmed = strip_copy(messages[i]);
+        if (!trimmed) { r->err = fail("out of memory"); return; }
+        put_header(r, chat, roles[i]);
+        put_text(r, "\n\n%s", trimmed);
+        put_id(r, chat->eot);
+        free(trimmed);
+    }
+    put_header(r, chat, "assistant");
+    put_text(r, "\n\n");
+}
+
+// The prompt of one turn into a new array; first: the turn starts the
+// context, and so carries BOS and the system prompt. NULL on failure.
+static int *render_turn(Chat *chat, const char *user, int first, int *n) {
+    const Tokenizer *tk = chat->tk;
+    const char *sys = first && chat->system && chat->system[0] ? chat->system : NULL;
+    Rendering r = {.tk = chat->tk};
+    int bos = tk->bos_id;
+    switch (chat->template) {
+    case TEMPLATE_LLAMA3:
+        if (first) put_id(&r, bos);
+        render_llama3(&r, chat, sys, user);
+        break;
+    case TEMPLATE_CHATML:
+        if (first && tk->add_bos) put_id(&r, bos);
+        if (sys) { put_id(&r, chat->im_start); put_text(&r, "system\n%s", sys); put_id(&r, chat->im_end); put_text(&r, "\n"); }
+        put_id(&r, chat->im_start);
+        put_text(&r, "user\n%s", user);
+        put_id(&r, chat->im_end);
+        put_text(&r, "\n");
+        put_id(&r, chat->im_start);
+        put_text(&r, "assistant\n");
+        break;
+    case TEMPLATE_ZEPHYR:
+        if (first && tk->add_bos) put_id(&r, bos);
+        if (sys) { put_text(&r, "<|system|>\n%s", sys); put_id(&r, tk->eos_id); }
+        put_text(&r, "%s<|user|>\n%s", first && !sys ? "" : "\n", user);
+        put_id(&r, tk->eos_id);
+        put_text(&r, "\n<|assistant|>\n");
+        break;
+    case TEMPLATE_MISTRAL:
+        if (first) put_id(&r, bos);
+        put_text(&r, "[INST] %s%s%s [/INST]", sys ? sys : "", sys ? "\n\n" : "", user);
+        break;
+    default: // Llama 2: every turn starts with BOS
+        put_id(&r, bos);
+        render_llama2(&r, sys, user);
+    }
+    if (r.err) { free(r.ids); return NULL; }
+    *n = r.n;
+    return r.ids;
+}
+
+// The template's control token written text, or -1 with error_message.
+static int template_token(const Tokenizer *tk, const char *text, int template) {
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (tk->kind[id] == TOKEN_CONTROL && !strcmp(tk->vocab[id], text)) return id;
+    return fail("the %s chat template needs the token %s, which this vocabulary lacks (choose another with "
+                "--chat-template)", template_names[template], text);
+}
+
+// Sets up the chat's template: the tokenizer's own, Llama 2's when the
+// model has none; its control tokens and end-of-turn. -1 with error_message.
+static int chat_template_init(Chat *chat) {
+    const Tokenizer *tk = chat->tk;
+    int template = tk->chat_template == TEMPLATE_NONE ? TEMPLATE_LLAMA2 : tk->chat_template;
+    if (template == TEMPLATE_UNKNOWN)
+        return fail("the model's chat template (tokenizer.chat_template) is not one run.c recognizes; "
+                    "choose the model's format with --chat-template NAME (" TEMPLATE_CHOICES ")");
+    chat->template = template;
+    chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
+    chat->n_end = 0;
+    if (template == TEMPLATE_LLAMA3 &&
+        ((chat->start_header = template_token(tk, "<|start_header_id|>", template)) < 0 ||
+         (chat->end_header = template_token(tk, "<|end_header_id|>", template)) < 0 ||
+         (chat->eot = template_token(tk, "<|eot_id|>", template)) < 0))
+        return -1;
+    if (template == TEMPLATE_CHATML && ((chat->im_start = template_token(tk, "<|im_start|>", template)) < 0 ||
+                                        (chat->im_end = template_token(tk, "<|im_end|>", template)) < 0))
+        return -1;
+    if (template == TEMPLATE_LLAMA3) chat->end[chat->n_end++] = chat->eot;
+    else if (template == TEMPLATE_CHATML) { // <|im_end|> and the newline after it
+        int newline[8], n = 0;
+        chat->end[chat->n_end++] = chat->im_end;
+        if (encode(chat->tk, "\n", 1, 0, 0, newline, &n) != 0) return -1;
+        for (int i = 0; i < n && chat->n_end < MAX_END; i++) chat->end[chat->n_end++] = newline[i];
+    } else chat->end[chat->n_end++] = tk->eos_id;
+    return 0;
 }
 
 // Appends ids to the context; -1 if they do not fit.
@@ -1268,43 +1833,49 @@ static float *feed_context(Chat *chat) {
 // kept is evaluated again from position 0 by the next feed. 0 ok; 1 if the
 // message cannot fit even alone (nothing changes); -1 on error.
 static int make_room(Chat *chat, const char *user, int need_after) {
-    int seq_len = chat->t->config.seq_len;
+    int seq_len = chat->t->config.seq_len, n = 0;
     for (int first = chat->first_kept + 1; first <= chat->n_turns; first++) {
-        int n;
         int *prompt = render_turn(chat, user, first == chat->n_turns, &n);
         if (!prompt) return -1;
         free(prompt);
         int kept = kept_turns(chat, first, 0);
         if (kept < 0) return -1;
         if (kept + n + need_after > seq_len) continue;
-        fprintf(stderr, "run: context full: dropped %d oldest turn(s), evaluating the %d tokens kept again\n",
-                first - chat->first_kept, kept);
+        int dropped = first - chat->first_kept;
+        if (kept == 0) fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the context starts afresh\n",
+                               dropped);
+        else fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the %d tokens of the turns kept are "
+                     "evaluated again\n", dropped, kept);
         chat->n_context = kept_turns(chat, first, 1);
         chat->first_kept = first;
         chat->pos = 0;
         return 0;
     }
-    fail("message of %zu bytes does not fit the context of %d tokens; not sent", strlen(user), seq_len);
+    fail("message not sent: its turn takes %d tokens (the message in the chat template) and %d more are kept for "
+         "the reply, more than the context of %d tokens", n, need_after, seq_len);
     return 1;
 }
 
-// Streams a reply to stdout; returns its ids with EOS last (NULL on failure).
+// Streams a reply to stdout; returns its ids with the template's end-of-turn
+// last (NULL on failure). The first piece's leading space goes, as after
+// "Assistant:" there is one already.
 static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     const Config *c = &chat->t->config;
     int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
-    int *reply = malloc(((size_t)limit + 1) * sizeof(int));
+    int *reply = malloc(((size_t)limit + MAX_END) * sizeof(int));
     if (!reply) { fail("out of memory"); return NULL; }
     TextOut text = {.out = stdout};
-    int n = 0, prev = -1; // -1: a reply keeps its leading space
+    int n = 0, prev = -1; // -1: no BOS before, the piece comes whole
     while (n < limit && !interrupted) {
         if (!logits_finite(logits, c->vocab_size)) {
             fprintf(stderr, "\nrun: the model's logits are not finite (NaN or infinity); reply ended\n");
             break;
         }
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
-        if (next == c->eos_id || next == c->bos_id) break;
+        if (ends_generation(chat->tk, next)) break;
         size_t len;
         const char *piece = decode(chat->tk, prev, next, &len);
+        if (n == 0 && len > 0 && piece[0] == ' ') { piece++; len--; }
         text_put(&text, piece, len);
         fflush(stdout);
         reply[n++] = prev = next;
@@ -1314,7 +1885,8 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     }
     text_finish(&text);
     interrupted = 0; // Ctrl-C ends the reply, not the chat
-    reply[n++] = c->eos_id; // the reply ends with EOS, fed with the next turn
+    // however it ended, the reply ends with the end-of-turn, fed with the next turn
+    for (int i = 0; i < chat->n_end; i++) reply[n++] = chat->end[i];
     *n_reply = n;
     return reply;
 }
@@ -1347,19 +1919,22 @@ static int chat_turn(Chat *chat, const char *user) {
     turn->reply = chat_reply(chat, logits, &turn->n_reply);
     if (!turn->reply) { free(saved); return -1; }
     chat->n_turns++;
-    context_append(chat, &c->eos_id, 1); // if full, the next turn drops old turns and rebuilds
+    // the end-of-turn; if it does not fit, the next turn drops old turns and rebuilds
+    context_append(chat, turn->reply + turn->n_reply - chat->n_end, chat->n_end);
     printf("\n");
     return 0;
 }
 
 // Reads one line of any length without its line ending; NULL at end of
-// input (or Ctrl-C). A line holding a NUL byte comes back empty, with a
-// message: it cannot be sent whole.
-static char *read_line(FILE *in) {
+// input (or Ctrl-C). *ended: the line ended with a newline (not at end of
+// input). A line holding a NUL byte comes back empty, with a message: it
+// cannot be sent whole.
+static char *read_line(FILE *in, int *ended) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, in);
     if (n < 0) { free(line); return NULL; }
+    *ended = n > 0 && line[n - 1] == '\n';
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
     if (strlen(line) != (size_t)n) {
         fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
@@ -1368,14 +1943,30 @@ static char *read_line(FILE *in) {
     return line;
 }
 
-// Prints a label and reads a line from stdin; echoes it when stdin is not a
-// terminal, so a scripted conversation reads like a typed one.
-static char *ask(const char *label) {
-    printf("%s", label);
-    fflush(stdout);
-    char *line = read_line(stdin);
-    if (line && !isatty(STDIN_FILENO)) printf("%s\n", line);
-    return line;
+// Whether a line holds nothing but whitespace (a chat line to skip).
+static int blank(const char *line) {
+    size_t n = strlen(line);
+    int len;
+    for (size_t i = 0; i < n; i += (size_t)len)
+        if (!strip_space_at(line + i, n - i, &len)) return 0;
+    return 1;
+}
+
+// Reads a line from stdin after a label. On a terminal the label is the
+// prompt; through a pipe the line is echoed after its label, so a scripted
+// conversation reads like a typed one, and with skip_blank blank lines are
+// skipped without a trace.
+static char *ask(const char *label, int skip_blank) {
+    int tty = isatty(STDIN_FILENO), ended;
+    if (tty) { printf("%s", label); fflush(stdout); }
+    for (;;) {
+        char *line = read_line(stdin, &ended);
+        if (!line) return NULL;
+        if (tty && !ended) printf("\n"); // end of input after a line without its Enter
+        if (!tty && skip_blank && blank(line)) { free(line); continue; }
+        if (!tty) printf("%s%s\n", label, line);
+        return line;
+    }
 }
 
 static void free_chat(Chat *chat) {
@@ -1388,21 +1979,20 @@ static void free_chat(Chat *chat) {
 int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
                      const char *first_message, int max_reply) {
     Chat chat = {.t = t, .tk = tk, .sampler = sampler, .system = system, .max_reply = max_reply};
+    if (chat_template_init(&chat) != 0) return -1;
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
     if (!chat.context) return fail("out of memory");
     char *asked_system = NULL;
     int err = 0;
-    if (tk->chat_template == 0)
-        fprintf(stderr, "run: the model's chat template is not Llama 2's [INST] format; chatting in Llama 2's anyway\n");
     if (!system) {
-        asked_system = ask("System prompt (Enter for none): ");
+        asked_system = ask("System prompt (Enter for none): ", 0);
         chat.system = asked_system;
     }
     for (int turn = 0; system || asked_system; turn++) {
-        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ");
+        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ", 1);
         if (!user) break; // end of input
         if (turn == 0 && first_message) printf("User: %s\n", user);
-        if (user[0] != '\0') err = chat_turn(&chat, user);
+        if (!blank(user)) err = chat_turn(&chat, user); // a blank line is skipped
         free(user);
         if (err > 0) fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
         if (err < 0) break;
@@ -4002,6 +4592,8 @@ static int check_config(const Config *c, const char *path) {
         return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
         return fail("%s: rope_theta %g is not a positive number", path, c->rope_theta);
+    if (!(c->rope_scale > 0.0f) || !isfinite(c->rope_scale))
+        return fail("%s: RoPE scaling factor %g is not a positive number", path, 1.0f / c->rope_scale);
     if (!(c->norm_eps > 0.0f) || !(c->norm_eps < 1.0f))
         return fail("%s: rms_norm_eps %g is not in (0, 1)", path, c->norm_eps);
     if (c->bos_id < 0 || c->bos_id >= c->vocab_size || c->eos_id < 0 || c->eos_id >= c->vocab_size)
@@ -4140,6 +4732,7 @@ static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const
     c->vocab_size = vocab == INT_MIN ? 0 : abs(vocab);
     c->head_size = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     c->rope_theta = 10000.0f;
+    c->rope_scale = 1.0f;
     c->norm_eps = 1e-5f;
     c->bos_id = 1;
     c->eos_id = 2;
@@ -4163,6 +4756,7 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
     c->seq_len = read_i32(h + 32);
     c->head_size = read_i32(h + 36);
     c->rope_theta = read_f32(h + 40);
+    c->rope_scale = 1.0f;
     c->norm_eps = read_f32(h + 44);
     c->shared_classifier = read_i32(h + 48);
     c->bos_id = read_i32(h + 52);
@@ -4540,7 +5134,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
                     "of one of those types, or re-quantize the F32/F16 model (./run -m quantize, or llama-quantize)",
                     path, name, type_name(t->type), t->type, supported_type_names());
     if (vec) {
-        if (t->type != TYPE_F32) return fail("%s: norm %s is %s, not F32", path, name, type_name(t->type));
+        if (t->type != TYPE_F32) return fail("%s: vector %s is %s, not F32", path, name, type_name(t->type));
         *vec = (const float *)(g->data + t->offset);
     } else {
         *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
@@ -4548,36 +5142,73 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     return 0;
 }
 
+// The architectures run.c computes: Llama's, and Qwen 2's, which adds
+// q/k/v biases and pairs RoPE dimensions NEOX-style (i with i + head_size/2).
+static const struct { const char *name; int rope_neox; } architectures[] = {{"llama", 0}, {"qwen2", 1}};
+
+// The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
+static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
+    snprintf(key, size, "%s.%s", arch, suffix);
+    return key;
+}
+
+// RoPE scaling from ARCH.rope.scaling.type/factor (or the older
+// ARCH.rope.scale_linear): linear divides positions by the factor; Llama
+// 3.1's scaling comes as the rope_freqs tensor (gguf_weights) instead.
+static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const char *path) {
+    char key[96];
+    size_t len = 0;
+    const char *type = gguf_string(g, arch_key(key, sizeof key, arch, "rope.scaling.type"), &len);
+    float factor = 1.0f;
+    if (type && !(len == 4 && !memcmp(type, "none", 4)) && !(len == 6 && !memcmp(type, "linear", 6)))
+        return fail("%s: rope.scaling.type '%.*s' is not supported (none and linear are)", path,
+                    (int)(len < 64 ? len : 64), type);
+    int err = gguf_float(g, arch_key(key, sizeof key, arch, "rope.scale_linear"), 1.0f, &factor);
+    if (type && len == 6) err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.scaling.factor"), 1.0f, &factor);
+    if (err || !(factor > 0.0f) || !isfinite(factor))
+        return fail("%s: the RoPE scaling factor is not a positive number", path);
+    c->rope_scale = 1.0f / factor;
+    return 0;
+}
+
 static int gguf_config(Config *c, const Gguf *g, const char *path) {
     size_t len;
-    const char *arch = gguf_string(g, "general.architecture", &len);
-    if (!arch) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
-    if (len != 5 || memcmp(arch, "llama", 5) != 0)
-        return fail("%s: architecture '%.*s' is not supported (only llama)", path, (int)(len < 64 ? len : 64), arch);
+    const char *name = gguf_string(g, "general.architecture", &len);
+    if (!name) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
+    int a = -1;
+    for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
+        if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
+    if (a < 0)
+        return fail("%s: architecture '%.*s' is not supported (llama and qwen2 are)", path, (int)(len < 64 ? len : 64),
+                    name);
+    const char *arch = architectures[a].name;
     if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
+    static const char *const keys[] = {"embedding_length", "feed_forward_length", "block_count",
+                                       "attention.head_count", "attention.head_count_kv", "context_length"};
+    char key[96];
     int64_t v[8];
-    int err = gguf_int(g, "llama.embedding_length", 0, &v[0]) | gguf_int(g, "llama.feed_forward_length", 0, &v[1]) |
-              gguf_int(g, "llama.block_count", 0, &v[2]) | gguf_int(g, "llama.attention.head_count", 0, &v[3]) |
-              gguf_int(g, "llama.context_length", 0, &v[5]) | gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) |
-              gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
-    err |= gguf_int(g, "llama.attention.head_count_kv", v[3], &v[4]);
-    err |= gguf_float(g, "llama.rope.freq_base", 10000.0f, &c->rope_theta);
-    err |= gguf_float(g, "llama.attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps);
-    if (err) return fail("%s: a llama.* metadata value has the wrong type", path);
+    int err = gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) | gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
+    for (int i = 0; i < 6; i++) err |= gguf_int(g, arch_key(key, sizeof key, arch, keys[i]), i == 4 ? v[3] : 0, &v[i]);
+    err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base"), 10000.0f, &c->rope_theta);
+    err |= gguf_float(g, arch_key(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps);
+    if (err) return fail("%s: a %s.* metadata value has the wrong type", path, arch);
     for (int i = 0; i < 8; i++)
-        if (v[i] < INT32_MIN || v[i] > INT32_MAX) return fail("%s: llama.* metadata value %lld is out of range", path, (long long)v[i]);
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX)
+            return fail("%s: %s.* metadata value %lld is out of range", path, arch, (long long)v[i]);
     *c = (Config){.dim = (int)v[0], .hidden_dim = (int)v[1], .n_layers = (int)v[2], .n_heads = (int)v[3],
                   .n_kv_heads = (int)v[4], .vocab_size = (int)emb->dims[1], .seq_len = (int)v[5],
                   .head_size = v[3] > 0 ? (int)(v[0] / v[3]) : 0, .rope_theta = c->rope_theta,
-                  .norm_eps = c->norm_eps, .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
+                  .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
+                  .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
     int64_t rope_dims;
-    if (gguf_int(g, "llama.rope.dimension_count", c->head_size, &rope_dims) != 0 || rope_dims != c->head_size)
-        return fail("%s: llama.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
-                    path, (long long)rope_dims, c->head_size);
-    return 0;
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "rope.dimension_count"), c->head_size, &rope_dims) != 0 ||
+        rope_dims != c->head_size)
+        return fail("%s: %s.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
+                    path, arch, (long long)rope_dims, c->head_size);
+    return gguf_rope_scaling(c, g, arch, path);
 }
 
 static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
@@ -4588,8 +5219,18 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         return -1;
     if (c->shared_classifier) w->wcls = w->token_embedding;
     else if (gguf_weight(g, "output.weight", c->vocab_size, c->dim, &w->wcls, NULL, path)) return -1;
+    if (gguf_tensor(g, "rope_freqs.weight") &&
+        gguf_weight(g, "rope_freqs.weight", 1, c->head_size / 2, NULL, &w->rope_freqs, path))
+        return -1;
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights *lw = &w->layers[l];
+        struct { const char *suffix; int rows, cols; const float **bias; } biases[] = {
+            {"attn_q", 1, q_dim, &lw->bq}, {"attn_k", 1, kv_dim(c), &lw->bk}, {"attn_v", 1, kv_dim(c), &lw->bv}};
+        for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) { // optional, for llama too
+            snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
+            if (gguf_tensor(g, name) && gguf_weight(g, name, biases[i].rows, biases[i].cols, NULL, biases[i].bias, path))
+                return -1;
+        }
         struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
             {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
             {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
@@ -4605,15 +5246,184 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
     return 0;
 }
 
-// The vocabulary of a GGUF file: tokenizer.ggml.* arrays, pieces spelled
-// with U+2581, which become spaces here as in tokenizer.bin.
-static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
+/* The byte-level BPE vocabulary of a GGUF file (tokenizer.ggml.model
+   "gpt2"): tokens spelled with GPT-2's printable stand-ins for bytes (the
+   space is U+0120 'Ġ'); merges "A B", whose order is their rank;
+   token_type; BOS/EOS ids; add_bos_token; and pre, which names the
+   pre-tokenizer. */
+
+// tokenizer.ggml.pre as llama.cpp's converter writes it. Llama 3's
+// tokenizer.json also sets ignore_merges: a word that is a token is taken whole.
+static const struct { const char *name; int pre, ignore_merges; } bpe_pre_names[] = {
+    {"llama-bpe", PRE_LLAMA3, 1}, {"llama3", PRE_LLAMA3, 1}, {"llama-v3", PRE_LLAMA3, 1},
+    {"dbrx", PRE_LLAMA3, 0},      {"smaug-bpe", PRE_LLAMA3, 0},
+    {"qwen2", PRE_QWEN2, 0},      {"stablelm2", PRE_QWEN2, 0},
+    {"gpt-2", PRE_GPT2, 0},       {"mpt", PRE_GPT2, 0},         {"olmo", PRE_GPT2, 0},
+    {"smollm", PRE_DIGITS, 0},    {"starcoder", PRE_DIGITS, 0}, {"refact", PRE_DIGITS, 0},
+};
+
+/* GPT-2 spells each byte as one code point: printable Latin-1 bytes
+   (0x21-0x7E, 0xA1-0xAC, 0xAE-0xFF) as themselves, the other 68 bytes, in
+   order, as U+0100 onwards. Loading needs only the way back: the byte a
+   code point stands for, or -1. */
+static int char_byte(uint32_t c) {
+    if ((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) return (int)c;
+    if (c < 0x100 || c >= 0x100 + 68) return -1;
+    int n = (int)(c - 0x100);
+    return n <= 32 ? n : n <= 66 ? 0x7F + (n - 33) : 0xAD;
+}
+
+// Writes the raw bytes that GPT-2-spelled s[0..n) stands for into out (room
+// for n) and returns their count, or -1 if s is not made of stand-ins.
+static int gpt2_bytes(const char *s, size_t n, char *out) {
+    int k = 0;
+    for (size_t i = 0; i < n;) {
+        int clen = utf8_char((const unsigned char *)s + i, n - i);
+        int b = char_byte(utf8_decode((const unsigned char *)s + i, clen));
+        if (b < 0 || (clen == 1 && (unsigned char)s[i] >= 0x80)) return -1;
+        out[k++] = (char)b;
+        i += (size_t)clen;
+    }
+    return k;
+}
+
+// The array key, of count values (0: any) of type or type2; NULL if not so.
+static const GgufValue *gguf_array(const Gguf *g, const char *key, uint32_t type, uint32_t type2, uint64_t count) {
+    const GgufValue *v = gguf_find(g, key);
+    if (!v || v->type != GGUF_ARRAY || (v->elem_type != type && v->elem_type != type2)) return NULL;
+    return count == 0 || v->count == count ? v : NULL;
+}
+
+// Fills vocab/piece_len/kind from the tokens and their types: normal
+// tokens as raw bytes, the others as their text.
+static int bpe_tokens(Tokenizer *tk, const GgufValue *tokens, const GgufValue *types, const char *path) {
+    const unsigned char *p = tokens->elems; // lengths checked by gguf_parse
+    for (int i = 0; i < tk->vocab_size; i++) {
+        size_t n = (size_t)read_u64(p);
+        const char *text = (const char *)p + 8;
+        p += 8 + n;
+        if (n > INT_MAX) return fail("%s: token %d is %zu bytes long", path, i, n);
+        int type = types ? read_i32(types->elems + 4 * (size_t)i) : TOKEN_NORMAL;
+        tk->kind[i] = type == 2 || type == 3 ? TOKEN_CONTROL : type == 4 ? TOKEN_USER_DEFINED
+                    : type == 5 ? TOKEN_UNUSED : TOKEN_NORMAL;
+        char *out = tk->vocab[i] = malloc(n + 1);
+        if (!out) return fail("%s: out of memory", path);
+        int k = tk->kind[i] == TOKEN_NORMAL ? gpt2_bytes(text, n, out) : -1;
+        if (k < 0) { // not a normal token, or one no text can make
+            if (tk->kind[i] == TOKEN_NORMAL) tk->kind[i] = TOKEN_UNUSED;
+            memcpy(out, text, n);
+            k = (int)n;
+        }
+        out[k] = '\0';
+        tk->piece_len[i] = k;
+    }
+    return 0;
+}
+
+// Fills the merge table from tokenizer.ggml.merges. A merge ranks by its
+// place in the list; a repeated pair keeps its first rank. A merge whose
+// result is not a normal token can never apply and is skipped. Merges are
+// known by what they make, so loading looks up one token per merge.
+static int bpe_merges(Tokenizer *tk, const GgufValue *merges, const char *path) {
+    if (merges->count >= (1u << 24)) // ranks must stay exact as float scores
+        return fail("%s: tokenizer.ggml.merges has %llu merges (at most 2^24)", path,
+                    (unsigned long long)merges->count);
+    tk->pairs_size = 16;
+    while (tk->pairs_size < (size_t)merges->count + merges->count / 2) tk->pairs_size *= 2; // at most 2/3 full
+    tk->pairs = malloc(tk->pairs_size * sizeof *tk->pairs);
+    if (!tk->pairs) return fail("%s: out of memory", path);
+    for (size_t i = 0; i < tk->pairs_size; i++) tk->pairs[i].merged = -1;
+    char *raw = NULL;
+    size_t raw_size = 0;
+    const unsigned char *p = merges->elems;
+    for (int rank = 0; rank < (int)merges->count; rank++) {
+        size_t n = (size_t)read_u64(p);
+        const char *text = (const char *)p + 8;
+        p += 8 + n;
+        if (n > raw_size) {
+            free(raw);
+            raw_size = 2 * n;
+            raw = malloc(raw_size);
+            if (!raw) return fail("%s: out of memory", path);
+        }
+        const char *space = n > 1 ? memchr(text + 1, ' ', n - 1) : NULL; // "A B"; A is never empty
+        if (!space) { free(raw); return fail("%s: merge %d is not two tokens \"A B\"", path, rank); }
+        size_t n_left = (size_t)(space - text);
+        int k_left = gpt2_bytes(text, n_left, raw);
+        int k_right = k_left < 0 ? -1 : gpt2_bytes(space + 1, n - n_left - 1, raw + k_left);
+        if (k_right < 0) continue;
+        // its parts are tokens too: symbols are always tokens (encode checks)
+        int merged = lookup_piece(tk, raw, (size_t)(k_left + k_right));
+        if (merged < 0) continue;
+        BpePair *slot = &tk->pairs[pair_slot(tk, merged, k_left)];
+        if (slot->merged < 0) *slot = (BpePair){.merged = merged, .left_len = k_left, .rank = rank};
+    }
+    free(raw);
+    return 0;
+}
+
+// The user-defined tokens, longest first, so that encoding finds the longest.
+static int bpe_user_tokens(Tokenizer *tk, const char *path) {
+    int n = 0;
+    for (int id = 0; id < tk->vocab_size; id++) n += tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0;
+    tk->user_tokens = malloc((size_t)n * sizeof(int) + 1);
+    if (!tk->user_tokens) return fail("%s: out of memory", path);
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0) tk->user_tokens[tk->n_user_tokens++] = id;
+    for (int i = 1; i < n; i++) // insertion sort: a handful of tokens
+        for (int j = i; j > 0 && tk->piece_len[tk->user_tokens[j]] > tk->piece_len[tk->user_tokens[j - 1]]; j--) {
+            int t = tk->user_tokens[j];
+            tk->user_tokens[j] = tk->user_tokens[j - 1];
+            tk->user_tokens[j - 1] = t;
+        }
+    return 0;
+}
+
+static int gguf_vocab_bpe(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
     size_t len;
-    const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
-    if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
-    if (len != 5 || memcmp(model, "llama", 5) != 0)
-        return fail("%s: tokenizer '%.*s' is not supported (only SentencePiece, 'llama')", path,
-                    (int)(len < 64 ? len : 64), model);
+    const char *pre = gguf_string(g, "tokenizer.ggml.pre", &len);
+    if (!pre) return fail("%s: byte-level BPE tokenizer without tokenizer.ggml.pre (its pre-tokenizer)", path);
+    int found = -1;
+    for (size_t i = 0; i < sizeof bpe_pre_names / sizeof *bpe_pre_names; i++)
+        if (strlen(bpe_pre_names[i].name) == len && memcmp(bpe_pre_names[i].name, pre, len) == 0) found = (int)i;
+    if (found < 0)
+        return fail("%s: pre-tokenizer '%.*s' is not supported (supported: llama-bpe, dbrx, smaug-bpe, qwen2, "
+                    "stablelm2, gpt-2, mpt, olmo, smollm, starcoder, refact)", path, (int)(len < 64 ? len : 64), pre);
+    const GgufValue *tokens = gguf_array(g, "tokenizer.ggml.tokens", GGUF_STRING, GGUF_STRING, 0);
+    if (!tokens) return fail("%s: tokenizer.ggml.tokens is missing", path);
+    if (tokens->count != (uint64_t)vocab_size)
+        return fail("%s: tokenizer has %llu tokens but the model has vocab_size %d (tokenizer of another model?)",
+                    path, (unsigned long long)tokens->count, vocab_size);
+    const GgufValue *types = gguf_array(g, "tokenizer.ggml.token_type", GGUF_I32, GGUF_U32, tokens->count);
+    if (!types && gguf_find(g, "tokenizer.ggml.token_type"))
+        return fail("%s: tokenizer.ggml.token_type does not match the tokens", path);
+    const GgufValue *merges = gguf_array(g, "tokenizer.ggml.merges", GGUF_STRING, GGUF_STRING, 0);
+    if (!merges) return fail("%s: tokenizer.ggml.merges is missing", path);
+    if (tokenizer_alloc(tk, vocab_size) != 0) return fail("%s: out of memory", path);
+    tk->byte_level = 1;
+    tk->pre = bpe_pre_names[found].pre;
+    tk->ignore_merges = bpe_pre_names[found].ignore_merges;
+    if (bpe_tokens(tk, tokens, types, path) != 0) return -1;
+    if (index_pieces(tk) != 0) return fail("%s: out of memory", path);
+    for (int id = 0; id < vocab_size; id++)
+        if (tk->kind[id] == TOKEN_NORMAL && tk->piece_len[id] == 1 && lookup_piece(tk, tk->vocab[id], 1) == id)
+            tk->byte_token[(unsigned char)tk->vocab[id][0]] = id;
+    if (bpe_merges(tk, merges, path) != 0 || bpe_user_tokens(tk, path) != 0) return -1;
+    int64_t bos, eos, add_bos;
+    if (gguf_int(g, "tokenizer.ggml.bos_token_id", -1, &bos) || gguf_int(g, "tokenizer.ggml.eos_token_id", -1, &eos) ||
+        gguf_int(g, "tokenizer.ggml.add_bos_token", tk->ignore_merges, &add_bos) || bos < -1 || bos >= vocab_size ||
+        eos < -1 || eos >= vocab_size || (add_bos && bos < 0))
+        return fail("%s: tokenizer.ggml BOS/EOS ids or add_bos_token are invalid", path);
+    tk->bos_id = (int)bos;
+    tk->eos_id = (int)eos;
+    tk->add_bos = add_bos != 0;
+    return 0;
+}
+
+// The SentencePiece vocabulary of a GGUF file (tokenizer.ggml.model
+// "llama"): tokenizer.ggml.* arrays, pieces spelled with U+2581, which
+// become spaces here as in tokenizer.bin.
+static int gguf_vocab_sentencepiece(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
     const GgufValue *tokens = gguf_find(g, "tokenizer.ggml.tokens");
     const GgufValue *scores = gguf_find(g, "tokenizer.ggml.scores");
     const GgufValue *types = gguf_find(g, "tokenizer.ggml.token_type");
@@ -4656,15 +5466,50 @@ static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_
         return fail("%s: tokenizer.ggml BOS/EOS ids or flags are invalid", path);
     tk->bos_id = (int)bos;
     tk->eos_id = (int)eos;
-    tk->ids_known = 1;
     tk->add_bos = add_bos != 0;
     tk->add_dummy_prefix = add_prefix != 0;
+    return 0;
+}
+
+static void add_eog(Tokenizer *tk, int64_t id) {
+    if (id < 0 || id >= tk->vocab_size || id == tk->eos_id || tk->n_eog == MAX_EOG) return;
+    for (int i = 0; i < tk->n_eog; i++)
+        if (tk->eog[i] == id) return;
+    tk->eog[tk->n_eog++] = (int)id;
+}
+
+// The end-of-generation tokens besides EOS, as llama.cpp finds them: the
+// EOT and EOM ids the file names, and every token spelled as one of the
+// end-of-turn markers models use (Llama 3's <|eot_id|> and <|end_of_text|>,
+// ChatML's <|im_end|>, Qwen's <|endoftext|>, ...).
+static void gguf_eog(Tokenizer *tk, const Gguf *g) {
+    static const char *const markers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                          "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+    int64_t id;
+    if (gguf_int(g, "tokenizer.ggml.eot_token_id", -1, &id) == 0) add_eog(tk, id);
+    if (gguf_int(g, "tokenizer.ggml.eom_token_id", -1, &id) == 0) add_eog(tk, id);
+    for (int i = 0; i < tk->vocab_size; i++)
+        for (size_t m = 0; m < sizeof markers / sizeof *markers; m++)
+            if (tk->vocab[i][0] == '<' || tk->vocab[i][0] == '_')
+                if (!strcmp(tk->vocab[i], markers[m])) add_eog(tk, i);
+}
+
+// The vocabulary of a GGUF file: SentencePiece or byte-level BPE.
+static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
+    size_t len;
+    const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
+    if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
+    int err;
+    if (len == 5 && memcmp(model, "llama", 5) == 0) err = gguf_vocab_sentencepiece(tk, g, path, vocab_size);
+    else if (len == 4 && memcmp(model, "gpt2", 4) == 0) err = gguf_vocab_bpe(tk, g, path, vocab_size);
+    else
+        return fail("%s: tokenizer '%.*s' is not supported (SentencePiece 'llama' and byte-level BPE 'gpt2' are)",
+                    path, (int)(len < 64 ? len : 64), model);
+    if (err) return -1;
+    tk->ids_known = 1;
+    gguf_eog(tk, g);
     const char *template = gguf_string(g, "tokenizer.chat_template", &len);
-    if (template) {
-        tk->chat_template = 0;
-        for (size_t i = 0; i + 6 <= len; i++)
-            if (memcmp(template + i, "[INST]", 6) == 0) tk->chat_template = 1;
-    }
+    if (template) tk->chat_template = recognize_template(template, len);
     return 0;
 }
 
@@ -5221,7 +6066,7 @@ static const char *const mode_names[] = {"generate", "chat", "tokenize", "logits
 
 enum { FLAG_TEMP, FLAG_TOP_P, FLAG_TOP_K, FLAG_MIN_P, FLAG_REPEAT_PENALTY, FLAG_REPEAT_LAST_N, FLAG_SEED, FLAG_STEPS,
        FLAG_CONTEXT, FLAG_PROMPT, FLAG_FILE, FLAG_TOKENIZER, FLAG_MODE, FLAG_SYSTEM, FLAG_OUTPUT, FLAG_DTYPE, FLAG_TRACE,
-       FLAG_KV, FLAG_THREADS, N_FLAGS };
+       FLAG_KV, FLAG_THREADS, FLAG_CHAT_TEMPLATE, N_FLAGS };
 
 typedef struct {
     const char *short_name; // llama2.c's, or NULL
@@ -5249,6 +6094,7 @@ static const Flag cli_flags[N_FLAGS] = {
     [FLAG_TRACE] = {NULL, "--trace", MODES_FORWARD & ~MODE_BENCH},
     [FLAG_KV] = {NULL, "--kv", MODES_FORWARD},
     [FLAG_THREADS] = {NULL, "--threads", MODES_ALL},
+    [FLAG_CHAT_TEMPLATE] = {NULL, "--chat-template", MODE_CHAT},
 };
 
 typedef struct {
@@ -5262,6 +6108,7 @@ typedef struct {
     const char *output;        // -o
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
+    int chat_template;         // --chat-template: a TEMPLATE_*, or TEMPLATE_NONE: the model's own
     int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
     int steps_given;
@@ -5293,6 +6140,8 @@ void usage(FILE *f) {
         "  -z <file>                  tokenizer: tokenizer.bin or a GGUF file (default: the GGUF\n"
         "                             model's own, else ./tokenizer.bin)\n"
         "  -y, --system-prompt <s>    system prompt (chat mode)\n"
+        "      --chat-template <name> chat mode: " TEMPLATE_CHOICES "\n"
+        "                             (default: the model's own template)\n"
         "  -o <file>                  output file (logits and quantize modes)\n"
         "      --trace <file>         append every token id fed to the model, one per line\n"
         "mode and model:\n"
@@ -5407,6 +6256,10 @@ static int set_flag(Options *o, int f, const char *name, const char *v) {
         if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("%s: '%s' is not f32 or f16", name, v);
         o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
         return 0;
+    case FLAG_CHAT_TEMPLATE:
+        o->chat_template = template_by_name(v);
+        if (o->chat_template < 0) return fail("%s: '%s' is not one of " TEMPLATE_CHOICES, name, v);
+        return 0;
     default: // FLAG_THREADS
         err = parse_int(name, v, 1, 1024, &n);
         o->threads = (int)n;
@@ -5421,7 +6274,8 @@ enum { ARGS_OK = 0, ARGS_HELP = 1 };
 
 // ARGS_OK; ARGS_HELP for -h or --help; -1 with error_message naming the flag.
 int parse_args(Options *o, int argc, char **argv) {
-    *o = (Options){.dtype = -1, .mode = "generate", .mode_bit = MODE_GENERATE, .steps = 256};
+    *o = (Options){.dtype = -1, .mode = "generate", .mode_bit = MODE_GENERATE, .steps = 256,
+                   .chat_template = TEMPLATE_NONE};
     o->sampling = (SamplerParams){.temperature = 1.0f, .top_p = 0.9f, .top_k = 0, .min_p = 0.0f,
                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
     for (int i = 1; i < argc; i++)
@@ -5498,6 +6352,16 @@ static char *prompt_text(const Options *o, size_t *len) {
     return text;
 }
 
+// What a model has that run.c's own format (version 1) cannot hold, or NULL.
+static const char *beyond_runc(const Transformer *t) {
+    const Config *c = &t->config;
+    if (c->rope_neox) return "NEOX-style RoPE (qwen2)";
+    if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
+    for (int l = 0; l < c->n_layers; l++)
+        if (t->weights.layers[l].bq || t->weights.layers[l].bk || t->weights.layers[l].bv) return "q/k/v biases";
+    return NULL;
+}
+
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
     if (o->mode_bit == MODE_LOGITS) {
@@ -5506,7 +6370,13 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
         return logits_mode(t, o->prompt_file, text, o->output);
     }
     if (o->mode_bit == MODE_BENCH) return bench_mode(t, o->checkpoint);
-    if (o->mode_bit == MODE_QUANTIZE) return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+    if (o->mode_bit == MODE_QUANTIZE) {
+        const char *beyond = beyond_runc(t);
+        if (beyond)
+            return fail("%s: the model has %s, which run.c's format cannot hold yet; run the GGUF file as it is",
+                        o->checkpoint, beyond);
+        return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+    }
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";
     if (!o->tokenizer && !t->is_gguf && access(tokenizer, F_OK) != 0)
@@ -5514,6 +6384,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
                     "tokenizer.bin, or a GGUF file with a vocabulary; `make` links Llama 2's here)", o->checkpoint);
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
     if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
+    if (o->chat_template != TEMPLATE_NONE) tk->chat_template = o->chat_template;
     if (o->mode_bit == MODE_TOKENIZE) return tokenize_mode(tk, text, text_len);
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
@@ -5571,3 +6442,205 @@ int main(int argc, char **argv) {
     return err ? 1 : interrupted && o.mode_bit == MODE_GENERATE ? 130 : 0;
 }
 #endif
+
+
+/* ============================================================================
+   UNICODE TABLES, generated by tools/gen_unicode.py from the Unicode Character
+   Database 15.0.0 (UnicodeData.txt); do not edit. Sorted, disjoint, inclusive
+   ranges: letters \p{L} = Lu Ll Lt Lm Lo (136104 code points), numbers \p{N} =
+   Nd Nl No (1831), whitespace \s = Unicode White_Space = Zs Zl Zp, U+0009..U+000D,
+   U+0085 (25).
+   ============================================================================ */
+
+static const uint32_t unicode_letter_ranges[][2] = {
+    {0x00041, 0x0005A}, {0x00061, 0x0007A}, {0x000AA, 0x000AA}, {0x000B5, 0x000B5}, {0x000BA, 0x000BA},
+    {0x000C0, 0x000D6}, {0x000D8, 0x000F6}, {0x000F8, 0x002C1}, {0x002C6, 0x002D1}, {0x002E0, 0x002E4},
+    {0x002EC, 0x002EC}, {0x002EE, 0x002EE}, {0x00370, 0x00374}, {0x00376, 0x00377}, {0x0037A, 0x0037D},
+    {0x0037F, 0x0037F}, {0x00386, 0x00386}, {0x00388, 0x0038A}, {0x0038C, 0x0038C}, {0x0038E, 0x003A1},
+    {0x003A3, 0x003F5}, {0x003F7, 0x00481}, {0x0048A, 0x0052F}, {0x00531, 0x00556}, {0x00559, 0x00559},
+    {0x00560, 0x00588}, {0x005D0, 0x005EA}, {0x005EF, 0x005F2}, {0x00620, 0x0064A}, {0x0066E, 0x0066F},
+    {0x00671, 0x006D3}, {0x006D5, 0x006D5}, {0x006E5, 0x006E6}, {0x006EE, 0x006EF}, {0x006FA, 0x006FC},
+    {0x006FF, 0x006FF}, {0x00710, 0x00710}, {0x00712, 0x0072F}, {0x0074D, 0x007A5}, {0x007B1, 0x007B1},
+    {0x007CA, 0x007EA}, {0x007F4, 0x007F5}, {0x007FA, 0x007FA}, {0x00800, 0x00815}, {0x0081A, 0x0081A},
+    {0x00824, 0x00824}, {0x00828, 0x00828}, {0x00840, 0x00858}, {0x00860, 0x0086A}, {0x00870, 0x00887},
+    {0x00889, 0x0088E}, {0x008A0, 0x008C9}, {0x00904, 0x00939}, {0x0093D, 0x0093D}, {0x00950, 0x00950},
+    {0x00958, 0x00961}, {0x00971, 0x00980}, {0x00985, 0x0098C}, {0x0098F, 0x00990}, {0x00993, 0x009A8},
+    {0x009AA, 0x009B0}, {0x009B2, 0x009B2}, {0x009B6, 0x009B9}, {0x009BD, 0x009BD}, {0x009CE, 0x009CE},
+    {0x009DC, 0x009DD}, {0x009DF, 0x009E1}, {0x009F0, 0x009F1}, {0x009FC, 0x009FC}, {0x00A05, 0x00A0A},
+    {0x00A0F, 0x00A10}, {0x00A13, 0x00A28}, {0x00A2A, 0x00A30}, {0x00A32, 0x00A33}, {0x00A35, 0x00A36},
+    {0x00A38, 0x00A39}, {0x00A59, 0x00A5C}, {0x00A5E, 0x00A5E}, {0x00A72, 0x00A74}, {0x00A85, 0x00A8D},
+    {0x00A8F, 0x00A91}, {0x00A93, 0x00AA8}, {0x00AAA, 0x00AB0}, {0x00AB2, 0x00AB3}, {0x00AB5, 0x00AB9},
+    {0x00ABD, 0x00ABD}, {0x00AD0, 0x00AD0}, {0x00AE0, 0x00AE1}, {0x00AF9, 0x00AF9}, {0x00B05, 0x00B0C},
+    {0x00B0F, 0x00B10}, {0x00B13, 0x00B28}, {0x00B2A, 0x00B30}, {0x00B32, 0x00B33}, {0x00B35, 0x00B39},
+    {0x00B3D, 0x00B3D}, {0x00B5C, 0x00B5D}, {0x00B5F, 0x00B61}, {0x00B71, 0x00B71}, {0x00B83, 0x00B83},
+    {0x00B85, 0x00B8A}, {0x00B8E, 0x00B90}, {0x00B92, 0x00B95}, {0x00B99, 0x00B9A}, {0x00B9C, 0x00B9C},
+    {0x00B9E, 0x00B9F}, {0x00BA3, 0x00BA4}, {0x00BA8, 0x00BAA}, {0x00BAE, 0x00BB9}, {0x00BD0, 0x00BD0},
+    {0x00C05, 0x00C0C}, {0x00C0E, 0x00C10}, {0x00C12, 0x00C28}, {0x00C2A, 0x00C39}, {0x00C3D, 0x00C3D},
+    {0x00C58, 0x00C5A}, {0x00C5D, 0x00C5D}, {0x00C60, 0x00C61}, {0x00C80, 0x00C80}, {0x00C85, 0x00C8C},
+    {0x00C8E, 0x00C90}, {0x00C92, 0x00CA8}, {0x00CAA, 0x00CB3}, {0x00CB5, 0x00CB9}, {0x00CBD, 0x00CBD},
+    {0x00CDD, 0x00CDE}, {0x00CE0, 0x00CE1}, {0x00CF1, 0x00CF2}, {0x00D04, 0x00D0C}, {0x00D0E, 0x00D10},
+    {0x00D12, 0x00D3A}, {0x00D3D, 0x00D3D}, {0x00D4E, 0x00D4E}, {0x00D54, 0x00D56}, {0x00D5F, 0x00D61},
+    {0x00D7A, 0x00D7F}, {0x00D85, 0x00D96}, {0x00D9A, 0x00DB1}, {0x00DB3, 0x00DBB}, {0x00DBD, 0x00DBD},
+    {0x00DC0, 0x00DC6}, {0x00E01, 0x00E30}, {0x00E32, 0x00E33}, {0x00E40, 0x00E46}, {0x00E81, 0x00E82},
+    {0x00E84, 0x00E84}, {0x00E86, 0x00E8A}, {0x00E8C, 0x00EA3}, {0x00EA5, 0x00EA5}, {0x00EA7, 0x00EB0},
+    {0x00EB2, 0x00EB3}, {0x00EBD, 0x00EBD}, {0x00EC0, 0x00EC4}, {0x00EC6, 0x00EC6}, {0x00EDC, 0x00EDF},
+    {0x00F00, 0x00F00}, {0x00F40, 0x00F47}, {0x00F49, 0x00F6C}, {0x00F88, 0x00F8C}, {0x01000, 0x0102A},
+    {0x0103F, 0x0103F}, {0x01050, 0x01055}, {0x0105A, 0x0105D}, {0x01061, 0x01061}, {0x01065, 0x01066},
+    {0x0106E, 0x01070}, {0x01075, 0x01081}, {0x0108E, 0x0108E}, {0x010A0, 0x010C5}, {0x010C7, 0x010C7},
+    {0x010CD, 0x010CD}, {0x010D0, 0x010FA}, {0x010FC, 0x01248}, {0x0124A, 0x0124D}, {0x01250, 0x01256},
+    {0x01258, 0x01258}, {0x0125A, 0x0125D}, {0x01260, 0x01288}, {0x0128A, 0x0128D}, {0x01290, 0x012B0},
+    {0x012B2, 0x012B5}, {0x012B8, 0x012BE}, {0x012C0, 0x012C0}, {0x012C2, 0x012C5}, {0x012C8, 0x012D6},
+    {0x012D8, 0x01310}, {0x01312, 0x01315}, {0x01318, 0x0135A}, {0x01380, 0x0138F}, {0x013A0, 0x013F5},
+    {0x013F8, 0x013FD}, {0x01401, 0x0166C}, {0x0166F, 0x0167F}, {0x01681, 0x0169A}, {0x016A0, 0x016EA},
+    {0x016F1, 0x016F8}, {0x01700, 0x01711}, {0x0171F, 0x01731}, {0x01740, 0x01751}, {0x01760, 0x0176C},
+    {0x0176E, 0x01770}, {0x01780, 0x017B3}, {0x017D7, 0x017D7}, {0x017DC, 0x017DC}, {0x01820, 0x01878},
+    {0x01880, 0x01884}, {0x01887, 0x018A8}, {0x018AA, 0x018AA}, {0x018B0, 0x018F5}, {0x01900, 0x0191E},
+    {0x01950, 0x0196D}, {0x01970, 0x01974}, {0x01980, 0x019AB}, {0x019B0, 0x019C9}, {0x01A00, 0x01A16},
+    {0x01A20, 0x01A54}, {0x01AA7, 0x01AA7}, {0x01B05, 0x01B33}, {0x01B45, 0x01B4C}, {0x01B83, 0x01BA0},
+    {0x01BAE, 0x01BAF}, {0x01BBA, 0x01BE5}, {0x01C00, 0x01C23}, {0x01C4D, 0x01C4F}, {0x01C5A, 0x01C7D},
+    {0x01C80, 0x01C88}, {0x01C90, 0x01CBA}, {0x01CBD, 0x01CBF}, {0x01CE9, 0x01CEC}, {0x01CEE, 0x01CF3},
+    {0x01CF5, 0x01CF6}, {0x01CFA, 0x01CFA}, {0x01D00, 0x01DBF}, {0x01E00, 0x01F15}, {0x01F18, 0x01F1D},
+    {0x01F20, 0x01F45}, {0x01F48, 0x01F4D}, {0x01F50, 0x01F57}, {0x01F59, 0x01F59}, {0x01F5B, 0x01F5B},
+    {0x01F5D, 0x01F5D}, {0x01F5F, 0x01F7D}, {0x01F80, 0x01FB4}, {0x01FB6, 0x01FBC}, {0x01FBE, 0x01FBE},
+    {0x01FC2, 0x01FC4}, {0x01FC6, 0x01FCC}, {0x01FD0, 0x01FD3}, {0x01FD6, 0x01FDB}, {0x01FE0, 0x01FEC},
+    {0x01FF2, 0x01FF4}, {0x01FF6, 0x01FFC}, {0x02071, 0x02071}, {0x0207F, 0x0207F}, {0x02090, 0x0209C},
+    {0x02102, 0x02102}, {0x02107, 0x02107}, {0x0210A, 0x02113}, {0x02115, 0x02115}, {0x02119, 0x0211D},
+    {0x02124, 0x02124}, {0x02126, 0x02126}, {0x02128, 0x02128}, {0x0212A, 0x0212D}, {0x0212F, 0x02139},
+    {0x0213C, 0x0213F}, {0x02145, 0x02149}, {0x0214E, 0x0214E}, {0x02183, 0x02184}, {0x02C00, 0x02CE4},
+    {0x02CEB, 0x02CEE}, {0x02CF2, 0x02CF3}, {0x02D00, 0x02D25}, {0x02D27, 0x02D27}, {0x02D2D, 0x02D2D},
+    {0x02D30, 0x02D67}, {0x02D6F, 0x02D6F}, {0x02D80, 0x02D96}, {0x02DA0, 0x02DA6}, {0x02DA8, 0x02DAE},
+    {0x02DB0, 0x02DB6}, {0x02DB8, 0x02DBE}, {0x02DC0, 0x02DC6}, {0x02DC8, 0x02DCE}, {0x02DD0, 0x02DD6},
+    {0x02DD8, 0x02DDE}, {0x02E2F, 0x02E2F}, {0x03005, 0x03006}, {0x03031, 0x03035}, {0x0303B, 0x0303C},
+    {0x03041, 0x03096}, {0x0309D, 0x0309F}, {0x030A1, 0x030FA}, {0x030FC, 0x030FF}, {0x03105, 0x0312F},
+    {0x03131, 0x0318E}, {0x031A0, 0x031BF}, {0x031F0, 0x031FF}, {0x03400, 0x04DBF}, {0x04E00, 0x0A48C},
+    {0x0A4D0, 0x0A4FD}, {0x0A500, 0x0A60C}, {0x0A610, 0x0A61F}, {0x0A62A, 0x0A62B}, {0x0A640, 0x0A66E},
+    {0x0A67F, 0x0A69D}, {0x0A6A0, 0x0A6E5}, {0x0A717, 0x0A71F}, {0x0A722, 0x0A788}, {0x0A78B, 0x0A7CA},
+    {0x0A7D0, 0x0A7D1}, {0x0A7D3, 0x0A7D3}, {0x0A7D5, 0x0A7D9}, {0x0A7F2, 0x0A801}, {0x0A803, 0x0A805},
+    {0x0A807, 0x0A80A}, {0x0A80C, 0x0A822}, {0x0A840, 0x0A873}, {0x0A882, 0x0A8B3}, {0x0A8F2, 0x0A8F7},
+    {0x0A8FB, 0x0A8FB}, {0x0A8FD, 0x0A8FE}, {0x0A90A, 0x0A925}, {0x0A930, 0x0A946}, {0x0A960, 0x0A97C},
+    {0x0A984, 0x0A9B2}, {0x0A9CF, 0x0A9CF}, {0x0A9E0, 0x0A9E4}, {0x0A9E6, 0x0A9EF}, {0x0A9FA, 0x0A9FE},
+    {0x0AA00, 0x0AA28}, {0x0AA40, 0x0AA42}, {0x0AA44, 0x0AA4B}, {0x0AA60, 0x0AA76}, {0x0AA7A, 0x0AA7A},
+    {0x0AA7E, 0x0AAAF}, {0x0AAB1, 0x0AAB1}, {0x0AAB5, 0x0AAB6}, {0x0AAB9, 0x0AABD}, {0x0AAC0, 0x0AAC0},
+    {0x0AAC2, 0x0AAC2}, {0x0AADB, 0x0AADD}, {0x0AAE0, 0x0AAEA}, {0x0AAF2, 0x0AAF4}, {0x0AB01, 0x0AB06},
+    {0x0AB09, 0x0AB0E}, {0x0AB11, 0x0AB16}, {0x0AB20, 0x0AB26}, {0x0AB28, 0x0AB2E}, {0x0AB30, 0x0AB5A},
+    {0x0AB5C, 0x0AB69}, {0x0AB70, 0x0ABE2}, {0x0AC00, 0x0D7A3}, {0x0D7B0, 0x0D7C6}, {0x0D7CB, 0x0D7FB},
+    {0x0F900, 0x0FA6D}, {0x0FA70, 0x0FAD9}, {0x0FB00, 0x0FB06}, {0x0FB13, 0x0FB17}, {0x0FB1D, 0x0FB1D},
+    {0x0FB1F, 0x0FB28}, {0x0FB2A, 0x0FB36}, {0x0FB38, 0x0FB3C}, {0x0FB3E, 0x0FB3E}, {0x0FB40, 0x0FB41},
+    {0x0FB43, 0x0FB44}, {0x0FB46, 0x0FBB1}, {0x0FBD3, 0x0FD3D}, {0x0FD50, 0x0FD8F}, {0x0FD92, 0x0FDC7},
+    {0x0FDF0, 0x0FDFB}, {0x0FE70, 0x0FE74}, {0x0FE76, 0x0FEFC}, {0x0FF21, 0x0FF3A}, {0x0FF41, 0x0FF5A},
+    {0x0FF66, 0x0FFBE}, {0x0FFC2, 0x0FFC7}, {0x0FFCA, 0x0FFCF}, {0x0FFD2, 0x0FFD7}, {0x0FFDA, 0x0FFDC},
+    {0x10000, 0x1000B}, {0x1000D, 0x10026}, {0x10028, 0x1003A}, {0x1003C, 0x1003D}, {0x1003F, 0x1004D},
+    {0x10050, 0x1005D}, {0x10080, 0x100FA}, {0x10280, 0x1029C}, {0x102A0, 0x102D0}, {0x10300, 0x1031F},
+    {0x1032D, 0x10340}, {0x10342, 0x10349}, {0x10350, 0x10375}, {0x10380, 0x1039D}, {0x103A0, 0x103C3},
+    {0x103C8, 0x103CF}, {0x10400, 0x1049D}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10500, 0x10527},
+    {0x10530, 0x10563}, {0x10570, 0x1057A}, {0x1057C, 0x1058A}, {0x1058C, 0x10592}, {0x10594, 0x10595},
+    {0x10597, 0x105A1}, {0x105A3, 0x105B1}, {0x105B3, 0x105B9}, {0x105BB, 0x105BC}, {0x10600, 0x10736},
+    {0x10740, 0x10755}, {0x10760, 0x10767}, {0x10780, 0x10785}, {0x10787, 0x107B0}, {0x107B2, 0x107BA},
+    {0x10800, 0x10805}, {0x10808, 0x10808}, {0x1080A, 0x10835}, {0x10837, 0x10838}, {0x1083C, 0x1083C},
+    {0x1083F, 0x10855}, {0x10860, 0x10876}, {0x10880, 0x1089E}, {0x108E0, 0x108F2}, {0x108F4, 0x108F5},
+    {0x10900, 0x10915}, {0x10920, 0x10939}, {0x10980, 0x109B7}, {0x109BE, 0x109BF}, {0x10A00, 0x10A00},
+    {0x10A10, 0x10A13}, {0x10A15, 0x10A17}, {0x10A19, 0x10A35}, {0x10A60, 0x10A7C}, {0x10A80, 0x10A9C},
+    {0x10AC0, 0x10AC7}, {0x10AC9, 0x10AE4}, {0x10B00, 0x10B35}, {0x10B40, 0x10B55}, {0x10B60, 0x10B72},
+    {0x10B80, 0x10B91}, {0x10C00, 0x10C48}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x10D00, 0x10D23},
+    {0x10E80, 0x10EA9}, {0x10EB0, 0x10EB1}, {0x10F00, 0x10F1C}, {0x10F27, 0x10F27}, {0x10F30, 0x10F45},
+    {0x10F70, 0x10F81}, {0x10FB0, 0x10FC4}, {0x10FE0, 0x10FF6}, {0x11003, 0x11037}, {0x11071, 0x11072},
+    {0x11075, 0x11075}, {0x11083, 0x110AF}, {0x110D0, 0x110E8}, {0x11103, 0x11126}, {0x11144, 0x11144},
+    {0x11147, 0x11147}, {0x11150, 0x11172}, {0x11176, 0x11176}, {0x11183, 0x111B2}, {0x111C1, 0x111C4},
+    {0x111DA, 0x111DA}, {0x111DC, 0x111DC}, {0x11200, 0x11211}, {0x11213, 0x1122B}, {0x1123F, 0x11240},
+    {0x11280, 0x11286}, {0x11288, 0x11288}, {0x1128A, 0x1128D}, {0x1128F, 0x1129D}, {0x1129F, 0x112A8},
+    {0x112B0, 0x112DE}, {0x11305, 0x1130C}, {0x1130F, 0x11310}, {0x11313, 0x11328}, {0x1132A, 0x11330},
+    {0x11332, 0x11333}, {0x11335, 0x11339}, {0x1133D, 0x1133D}, {0x11350, 0x11350}, {0x1135D, 0x11361},
+    {0x11400, 0x11434}, {0x11447, 0x1144A}, {0x1145F, 0x11461}, {0x11480, 0x114AF}, {0x114C4, 0x114C5},
+    {0x114C7, 0x114C7}, {0x11580, 0x115AE}, {0x115D8, 0x115DB}, {0x11600, 0x1162F}, {0x11644, 0x11644},
+    {0x11680, 0x116AA}, {0x116B8, 0x116B8}, {0x11700, 0x1171A}, {0x11740, 0x11746}, {0x11800, 0x1182B},
+    {0x118A0, 0x118DF}, {0x118FF, 0x11906}, {0x11909, 0x11909}, {0x1190C, 0x11913}, {0x11915, 0x11916},
+    {0x11918, 0x1192F}, {0x1193F, 0x1193F}, {0x11941, 0x11941}, {0x119A0, 0x119A7}, {0x119AA, 0x119D0},
+    {0x119E1, 0x119E1}, {0x119E3, 0x119E3}, {0x11A00, 0x11A00}, {0x11A0B, 0x11A32}, {0x11A3A, 0x11A3A},
+    {0x11A50, 0x11A50}, {0x11A5C, 0x11A89}, {0x11A9D, 0x11A9D}, {0x11AB0, 0x11AF8}, {0x11C00, 0x11C08},
+    {0x11C0A, 0x11C2E}, {0x11C40, 0x11C40}, {0x11C72, 0x11C8F}, {0x11D00, 0x11D06}, {0x11D08, 0x11D09},
+    {0x11D0B, 0x11D30}, {0x11D46, 0x11D46}, {0x11D60, 0x11D65}, {0x11D67, 0x11D68}, {0x11D6A, 0x11D89},
+    {0x11D98, 0x11D98}, {0x11EE0, 0x11EF2}, {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33},
+    {0x11FB0, 0x11FB0}, {0x12000, 0x12399}, {0x12480, 0x12543}, {0x12F90, 0x12FF0}, {0x13000, 0x1342F},
+    {0x13441, 0x13446}, {0x14400, 0x14646}, {0x16800, 0x16A38}, {0x16A40, 0x16A5E}, {0x16A70, 0x16ABE},
+    {0x16AD0, 0x16AED}, {0x16B00, 0x16B2F}, {0x16B40, 0x16B43}, {0x16B63, 0x16B77}, {0x16B7D, 0x16B8F},
+    {0x16E40, 0x16E7F}, {0x16F00, 0x16F4A}, {0x16F50, 0x16F50}, {0x16F93, 0x16F9F}, {0x16FE0, 0x16FE1},
+    {0x16FE3, 0x16FE3}, {0x17000, 0x187F7}, {0x18800, 0x18CD5}, {0x18D00, 0x18D08}, {0x1AFF0, 0x1AFF3},
+    {0x1AFF5, 0x1AFFB}, {0x1AFFD, 0x1AFFE}, {0x1B000, 0x1B122}, {0x1B132, 0x1B132}, {0x1B150, 0x1B152},
+    {0x1B155, 0x1B155}, {0x1B164, 0x1B167}, {0x1B170, 0x1B2FB}, {0x1BC00, 0x1BC6A}, {0x1BC70, 0x1BC7C},
+    {0x1BC80, 0x1BC88}, {0x1BC90, 0x1BC99}, {0x1D400, 0x1D454}, {0x1D456, 0x1D49C}, {0x1D49E, 0x1D49F},
+    {0x1D4A2, 0x1D4A2}, {0x1D4A5, 0x1D4A6}, {0x1D4A9, 0x1D4AC}, {0x1D4AE, 0x1D4B9}, {0x1D4BB, 0x1D4BB},
+    {0x1D4BD, 0x1D4C3}, {0x1D4C5, 0x1D505}, {0x1D507, 0x1D50A}, {0x1D50D, 0x1D514}, {0x1D516, 0x1D51C},
+    {0x1D51E, 0x1D539}, {0x1D53B, 0x1D53E}, {0x1D540, 0x1D544}, {0x1D546, 0x1D546}, {0x1D54A, 0x1D550},
+    {0x1D552, 0x1D6A5}, {0x1D6A8, 0x1D6C0}, {0x1D6C2, 0x1D6DA}, {0x1D6DC, 0x1D6FA}, {0x1D6FC, 0x1D714},
+    {0x1D716, 0x1D734}, {0x1D736, 0x1D74E}, {0x1D750, 0x1D76E}, {0x1D770, 0x1D788}, {0x1D78A, 0x1D7A8},
+    {0x1D7AA, 0x1D7C2}, {0x1D7C4, 0x1D7CB}, {0x1DF00, 0x1DF1E}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D},
+    {0x1E100, 0x1E12C}, {0x1E137, 0x1E13D}, {0x1E14E, 0x1E14E}, {0x1E290, 0x1E2AD}, {0x1E2C0, 0x1E2EB},
+    {0x1E4D0, 0x1E4EB}, {0x1E7E0, 0x1E7E6}, {0x1E7E8, 0x1E7EB}, {0x1E7ED, 0x1E7EE}, {0x1E7F0, 0x1E7FE},
+    {0x1E800, 0x1E8C4}, {0x1E900, 0x1E943}, {0x1E94B, 0x1E94B}, {0x1EE00, 0x1EE03}, {0x1EE05, 0x1EE1F},
+    {0x1EE21, 0x1EE22}, {0x1EE24, 0x1EE24}, {0x1EE27, 0x1EE27}, {0x1EE29, 0x1EE32}, {0x1EE34, 0x1EE37},
+    {0x1EE39, 0x1EE39}, {0x1EE3B, 0x1EE3B}, {0x1EE42, 0x1EE42}, {0x1EE47, 0x1EE47}, {0x1EE49, 0x1EE49},
+    {0x1EE4B, 0x1EE4B}, {0x1EE4D, 0x1EE4F}, {0x1EE51, 0x1EE52}, {0x1EE54, 0x1EE54}, {0x1EE57, 0x1EE57},
+    {0x1EE59, 0x1EE59}, {0x1EE5B, 0x1EE5B}, {0x1EE5D, 0x1EE5D}, {0x1EE5F, 0x1EE5F}, {0x1EE61, 0x1EE62},
+    {0x1EE64, 0x1EE64}, {0x1EE67, 0x1EE6A}, {0x1EE6C, 0x1EE72}, {0x1EE74, 0x1EE77}, {0x1EE79, 0x1EE7C},
+    {0x1EE7E, 0x1EE7E}, {0x1EE80, 0x1EE89}, {0x1EE8B, 0x1EE9B}, {0x1EEA1, 0x1EEA3}, {0x1EEA5, 0x1EEA9},
+    {0x1EEAB, 0x1EEBB}, {0x20000, 0x2A6DF}, {0x2A700, 0x2B739}, {0x2B740, 0x2B81D}, {0x2B820, 0x2CEA1},
+    {0x2CEB0, 0x2EBE0}, {0x2F800, 0x2FA1D}, {0x30000, 0x3134A}, {0x31350, 0x323AF},
+};
+
+static const uint32_t unicode_number_ranges[][2] = {
+    {0x00030, 0x00039}, {0x000B2, 0x000B3}, {0x000B9, 0x000B9}, {0x000BC, 0x000BE}, {0x00660, 0x00669},
+    {0x006F0, 0x006F9}, {0x007C0, 0x007C9}, {0x00966, 0x0096F}, {0x009E6, 0x009EF}, {0x009F4, 0x009F9},
+    {0x00A66, 0x00A6F}, {0x00AE6, 0x00AEF}, {0x00B66, 0x00B6F}, {0x00B72, 0x00B77}, {0x00BE6, 0x00BF2},
+    {0x00C66, 0x00C6F}, {0x00C78, 0x00C7E}, {0x00CE6, 0x00CEF}, {0x00D58, 0x00D5E}, {0x00D66, 0x00D78},
+    {0x00DE6, 0x00DEF}, {0x00E50, 0x00E59}, {0x00ED0, 0x00ED9}, {0x00F20, 0x00F33}, {0x01040, 0x01049},
+    {0x01090, 0x01099}, {0x01369, 0x0137C}, {0x016EE, 0x016F0}, {0x017E0, 0x017E9}, {0x017F0, 0x017F9},
+    {0x01810, 0x01819}, {0x01946, 0x0194F}, {0x019D0, 0x019DA}, {0x01A80, 0x01A89}, {0x01A90, 0x01A99},
+    {0x01B50, 0x01B59}, {0x01BB0, 0x01BB9}, {0x01C40, 0x01C49}, {0x01C50, 0x01C59}, {0x02070, 0x02070},
+    {0x02074, 0x02079}, {0x02080, 0x02089}, {0x02150, 0x02182}, {0x02185, 0x02189}, {0x02460, 0x0249B},
+    {0x024EA, 0x024FF}, {0x02776, 0x02793}, {0x02CFD, 0x02CFD}, {0x03007, 0x03007}, {0x03021, 0x03029},
+    {0x03038, 0x0303A}, {0x03192, 0x03195}, {0x03220, 0x03229}, {0x03248, 0x0324F}, {0x03251, 0x0325F},
+    {0x03280, 0x03289}, {0x032B1, 0x032BF}, {0x0A620, 0x0A629}, {0x0A6E6, 0x0A6EF}, {0x0A830, 0x0A835},
+    {0x0A8D0, 0x0A8D9}, {0x0A900, 0x0A909}, {0x0A9D0, 0x0A9D9}, {0x0A9F0, 0x0A9F9}, {0x0AA50, 0x0AA59},
+    {0x0ABF0, 0x0ABF9}, {0x0FF10, 0x0FF19}, {0x10107, 0x10133}, {0x10140, 0x10178}, {0x1018A, 0x1018B},
+    {0x102E1, 0x102FB}, {0x10320, 0x10323}, {0x10341, 0x10341}, {0x1034A, 0x1034A}, {0x103D1, 0x103D5},
+    {0x104A0, 0x104A9}, {0x10858, 0x1085F}, {0x10879, 0x1087F}, {0x108A7, 0x108AF}, {0x108FB, 0x108FF},
+    {0x10916, 0x1091B}, {0x109BC, 0x109BD}, {0x109C0, 0x109CF}, {0x109D2, 0x109FF}, {0x10A40, 0x10A48},
+    {0x10A7D, 0x10A7E}, {0x10A9D, 0x10A9F}, {0x10AEB, 0x10AEF}, {0x10B58, 0x10B5F}, {0x10B78, 0x10B7F},
+    {0x10BA9, 0x10BAF}, {0x10CFA, 0x10CFF}, {0x10D30, 0x10D39}, {0x10E60, 0x10E7E}, {0x10F1D, 0x10F26},
+    {0x10F51, 0x10F54}, {0x10FC5, 0x10FCB}, {0x11052, 0x1106F}, {0x110F0, 0x110F9}, {0x11136, 0x1113F},
+    {0x111D0, 0x111D9}, {0x111E1, 0x111F4}, {0x112F0, 0x112F9}, {0x11450, 0x11459}, {0x114D0, 0x114D9},
+    {0x11650, 0x11659}, {0x116C0, 0x116C9}, {0x11730, 0x1173B}, {0x118E0, 0x118F2}, {0x11950, 0x11959},
+    {0x11C50, 0x11C6C}, {0x11D50, 0x11D59}, {0x11DA0, 0x11DA9}, {0x11F50, 0x11F59}, {0x11FC0, 0x11FD4},
+    {0x12400, 0x1246E}, {0x16A60, 0x16A69}, {0x16AC0, 0x16AC9}, {0x16B50, 0x16B59}, {0x16B5B, 0x16B61},
+    {0x16E80, 0x16E96}, {0x1D2C0, 0x1D2D3}, {0x1D2E0, 0x1D2F3}, {0x1D360, 0x1D378}, {0x1D7CE, 0x1D7FF},
+    {0x1E140, 0x1E149}, {0x1E2F0, 0x1E2F9}, {0x1E4F0, 0x1E4F9}, {0x1E8C7, 0x1E8CF}, {0x1E950, 0x1E959},
+    {0x1EC71, 0x1ECAB}, {0x1ECAD, 0x1ECAF}, {0x1ECB1, 0x1ECB4}, {0x1ED01, 0x1ED2D}, {0x1ED2F, 0x1ED3D},
+    {0x1F100, 0x1F10C}, {0x1FBF0, 0x1FBF9},
+};
+
+static const uint32_t unicode_space_ranges[][2] = {
+    {0x00009, 0x0000D}, {0x00020, 0x00020}, {0x00085, 0x00085}, {0x000A0, 0x000A0}, {0x01680, 0x01680},
+    {0x02000, 0x0200A}, {0x02028, 0x02029}, {0x0202F, 0x0202F}, {0x0205F, 0x0205F}, {0x03000, 0x03000},
+};
+
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
+    size_t lo = 0, hi = n; // binary search for the range holding c
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c < r[mid][0]) hi = mid;
+        else if (c > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+// CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE or CHAR_OTHER (the tokenizer's classes).
+static int unicode_class(uint32_t c) {
+    if (in_ranges(unicode_letter_ranges, sizeof unicode_letter_ranges / sizeof *unicode_letter_ranges, c))
+        return CHAR_LETTER;
+    if (in_ranges(unicode_number_ranges, sizeof unicode_number_ranges / sizeof *unicode_number_ranges, c))
+        return CHAR_NUMBER;
+    if (in_ranges(unicode_space_ranges, sizeof unicode_space_ranges / sizeof *unicode_space_ranges, c))
+        return CHAR_SPACE;
+    return CHAR_OTHER;
+}
