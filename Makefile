@@ -96,6 +96,11 @@ bench-large: run $(BENCH_LARGE_FILES)
 	@for f in $(BENCH_LARGE_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
+# The Unicode tables at the end of run.c, from Debian's unicode-data.
+.PHONY: unicode-tables
+unicode-tables:
+	/usr/bin/python3 tools/gen_unicode.py --update run.c
+
 clean:
 	rm -rf run test_all build tokenizer.bin
 

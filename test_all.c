@@ -5119,25 +5119,25 @@ static void test_bpe_cli(const char *dir, const char *inp_name) {
     pieces_free(&lines);
 }
 
-// A copy of src whose string value of key (which must keep its length) is
-// value, at dst. 0 ok, -1 if src is unreadable or has no such key.
-static int patch_gguf_string(const char *src, const char *dst, const char *key, const char *value) {
+// A copy of src at dst where every `from` inside the string value of key
+// becomes `to` (the same length). 0 ok, -1 if nothing was replaced.
+static int patch_gguf_value_text(const char *src, const char *dst, const char *key, const char *from, const char *to) {
     Bytes file;
     if (load_file(src, &file) != 0) return -1;
-    size_t key_len = strlen(key), n = strlen(value);
-    int done = -1;
-    for (size_t i = 8; i + key_len + 12 + n <= file.len && done < 0; i++) {
+    size_t key_len = strlen(key), n = strlen(from);
+    int replaced = 0;
+    for (size_t i = 8; i + key_len + 12 <= file.len && !replaced; i++) {
         unsigned char *p = (unsigned char *)file.data + i;
-        if (read_u64(p - 8) != key_len || memcmp(p, key, key_len) != 0) continue;
-        p += key_len;
-        if (read_i32(p) != GGUF_STRING || read_u64(p + 4) != n) break;
-        memcpy(p + 12, value, n);
-        FILE *f = fopen(dst, "wb");
-        done = f && fwrite(file.data, 1, file.len, f) == file.len ? 0 : -1;
-        if (f && fclose(f) != 0) done = -1;
+        if (read_u64(p - 8) != key_len || memcmp(p, key, key_len) != 0 || read_i32(p + key_len) != GGUF_STRING)
+            continue;
+        uint64_t len = read_u64(p + key_len + 4);
+        char *value = (char *)p + key_len + 12;
+        for (uint64_t j = 0; len >= n && j <= len - n; j++)
+            if (!memcmp(value + j, from, n)) { memcpy(value + j, to, n); replaced++; }
     }
+    int err = replaced ? save_file(dst, file.data, file.len) : -1;
     bytes_free(&file);
-    return done;
+    return err;
 }
 
 // A GGUF file naming a pre-tokenizer run.c does not know is refused with
@@ -5147,7 +5147,7 @@ static void test_bpe_unknown_pre(void) {
     char src[PATH_SIZE], status[64], err[256];
     const char *dst = "build/bad/unknown-pre.gguf";
     shared_path(src, "models/gguf/l3tiny.q8_0.gguf");
-    if (patch_gguf_string(src, dst, "tokenizer.ggml.pre", "llama-bpX") != 0) {
+    if (patch_gguf_value_text(src, dst, "tokenizer.ggml.pre", "llama-bpe", "llama-bpX") != 0) {
         report(name, 0, "cannot write %s from %s", dst, src);
         return;
     }
@@ -5464,27 +5464,6 @@ static void eog_tests(void) {
 
 /* ============================================================================
    Llama 3 family: chat in the model's own template */
-
-// A copy of src at dst where every `from` inside the string value of key
-// becomes `to` (the same length). 0 ok, -1 if nothing was replaced.
-static int patch_gguf_value_text(const char *src, const char *dst, const char *key, const char *from, const char *to) {
-    Bytes file;
-    if (load_file(src, &file) != 0) return -1;
-    size_t key_len = strlen(key), n = strlen(from);
-    int replaced = 0;
-    for (size_t i = 8; i + key_len + 12 <= file.len && !replaced; i++) {
-        unsigned char *p = (unsigned char *)file.data + i;
-        if (read_u64(p - 8) != key_len || memcmp(p, key, key_len) != 0 || read_i32(p + key_len) != GGUF_STRING)
-            continue;
-        uint64_t len = read_u64(p + key_len + 4);
-        char *value = (char *)p + key_len + 12;
-        for (uint64_t j = 0; len >= n && j <= len - n; j++)
-            if (!memcmp(value + j, from, n)) { memcpy(value + j, to, n); replaced++; }
-    }
-    int err = replaced ? save_file(dst, file.data, file.len) : -1;
-    bytes_free(&file);
-    return err;
-}
 
 // The conversations of a chat .tsv (system, user, ids; a row with a system
 // prompt starts a conversation), each through one chat at -n 1: -y and -i
