@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """export.py: convert Llama-family checkpoints and tokenizers for run.c.
 
-Checkpoints, written in run.c's checkpoint format version 1 (README.md):
+Checkpoints, written in run.c's checkpoint format version 1 (README.md), or
+for Hugging Face models that format cannot hold, as GGUF (see below):
 
-    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype T]
+    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype T] [--gguf]
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
@@ -17,6 +18,13 @@ Checkpoints, written in run.c's checkpoint format version 1 (README.md):
   --dtype T      weight type of the matrices: f32 (default), f16, q8_0 or q4_0
                  (GGUF-compatible blocks of 32, rounded as run.c and llama.cpp
                  round; norms stay f32).
+  --gguf         with --hf: write GGUF whatever the model.
+
+  --hf writes GGUF version 3, tokenizer included, when the directory's
+  tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
+  config has rope_scaling (llama3 or linear), attention biases or
+  model_type qwen2: the file llama.cpp's convert_hf_to_gguf.py writes for
+  the same directory (keys, tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
