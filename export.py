@@ -1295,12 +1295,6 @@ def is_byte_level(tj):
             or (isinstance(tj.get("decoder"), dict) and tj["decoder"].get("type") == "ByteLevel"))
 
 
-def looks_special(text):
-    """Added tokens llama.cpp marks as control even when not flagged special."""
-    return (text in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or (text.startswith("<|") and text.endswith("|>"))
-            or (text.startswith("<\uff5c") and text.endswith("\uff5c>")))
-
-
 def token_content(entry):
     """A tokenizer_config.json *_token value: a string or {"content": ...}."""
     if isinstance(entry, dict):
@@ -1392,8 +1386,11 @@ def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
     """A byte-level BPE tokenizer.json (Llama 3, Qwen2, SmolLM) as
     tokenizer.ggml.model "gpt2": tokens spelled as in tokenizer.json (GPT-2's
     byte-to-unicode letters; added tokens as their text), merges in rank
-    order, token types (normal; control for special added tokens; user
-    defined for the other added ones; unused for padding)."""
+    order, token types (normal; control for added tokens flagged special,
+    user defined for the other added ones, which Hugging Face also finds in
+    typed text; unused for padding). llama.cpp's converter makes every
+    "<|...|>" control; the shared qwtiny file, like Hugging Face, follows
+    the flag (Qwen's <|fim_prefix|> is user defined)."""
     model = tj.get("model") if isinstance(tj.get("model"), dict) else {}
     if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise ExportError(f"{path}: model type {model.get('type')!r} is not BPE with a vocab")
@@ -1427,7 +1424,7 @@ def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
     for tid in range(n):
         if tid in added_ids:
             text = added_ids[tid]
-            if text in special or looks_special(text):
+            if text in special:
                 types.append(TOKEN_CONTROL)
             else:
                 text = text.replace("\u2581", " ")

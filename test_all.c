@@ -2698,8 +2698,8 @@ static void test_cli_seeds(const CliFiles *f) {
 }
 
 // One reference case through "./run -m tokenize -i TEXT" (with "-z tok"
-// unless tok is NULL): 1 if it prints one line, BOS then the reference ids;
-// detail says what was seen.
+// unless tok is NULL): 1 if it prints one line, BOS (none if bos < 0) then
+// the reference ids; detail says what was seen.
 static int cli_tokenize_check(const char *model, const char *tok, int bos, const char *text, const char *ids_line,
                               size_t ids_len, char *detail, size_t size) {
     char shown[256], got[256], want[256], status[64];
@@ -2712,12 +2712,15 @@ static int cli_tokenize_check(const char *model, const char *tok, int bos, const
     if (tok) cli(&r, model, "-z", tok, "-m", "tokenize", "-i", text, NULL);
     else cli(&r, model, "-m", "tokenize", "-i", text, NULL); // the model file's own tokenizer
     int parsed = parse_ints(r.out.data, r.out.len, &printed, &n_printed) == 0;
-    int same = parsed && n_printed == n_ids + 1 && printed[0] == bos &&
-               memcmp(printed + 1, ids, (size_t)n_ids * sizeof(int)) == 0;
+    int first = bos >= 0;
+    int same = parsed && n_printed == n_ids + first && (!first || printed[0] == bos) &&
+               memcmp(printed + first, ids, (size_t)n_ids * sizeof(int)) == 0;
     int ok = r.status == 0 && same && count_lines(&r.out) == 1;
-    format_text(detail, size, "%s: %s, got %s, want BOS %d + %s", quoted(text, strlen(text), shown, sizeof shown),
+    char bos_text[32] = "no BOS,";
+    if (first) format_text(bos_text, sizeof bos_text, "BOS %d +", bos);
+    format_text(detail, size, "%s: %s, got %s, want %s %s", quoted(text, strlen(text), shown, sizeof shown),
                 status_text(r.status, status, sizeof status),
-                parsed ? id_list(printed, n_printed, got, sizeof got) : r.out.data, bos,
+                parsed ? id_list(printed, n_printed, got, sizeof got) : r.out.data, bos_text,
                 id_list(ids, n_ids, want, sizeof want));
     free(printed);
     free(ids);
@@ -5134,6 +5137,13 @@ static const GgufExport gguf_exports[] = {
       "SHARED/models/llama3/tokenizer_config.json", NULL},
      "q8_0", "models/gguf/l3tiny.q8_0.gguf", "reference/llama3_family/logits/l3tiny_q8_0_chat", 3e-2,
      "reference/llama3_family/tokenizer/llama3_"},
+    {"qwtiny", "Qwen2.5 style (byte-level tokenizer.json with Qwen2's pre-tokenizer and NFC, ChatML, no BOS)",
+     {"64", "192", "2", "4", "2", "151669", "512", "--seed", "43", NULL},
+     {"--arch", "qwen2", "--biases-from", "SHARED/models/gguf/qwtiny.q8_0.gguf", "--tokenizer-from",
+      "SHARED/models/gguf/qwtiny.q8_0.gguf", "--set", "rope_theta=1000000", "--set", "rms_norm_eps=1e-6", "--set",
+      "bos_token_id=null", NULL},
+     "q8_0", "models/gguf/qwtiny.q8_0.gguf", "reference/llama3_family/logits/qwtiny_q8_0_chat", 3e-2,
+     "reference/llama3_family/tokenizer/qwen2_"},
 };
 
 // make_hf.py's arguments for e (shared paths resolved), NULL-terminated.
@@ -5186,11 +5196,13 @@ static void test_gguf_export(const GgufExport *e) {
     }
     report(name, gguf_same_as(&ours, &ref, problem, sizeof problem) == 0, "%s",
            problem[0] ? problem : "same keys, values and tensors");
-    int64_t head_size = 0, vocab = 0, bos = -1;
+    int64_t head_size = 0, vocab = 0, bos = -1, add_bos = 0;
     float theta = 0;
     gguf_int(&ours.g, "llama.rope.dimension_count", 0, &head_size);
     gguf_float(&ours.g, "llama.rope.freq_base", 0, &theta);
     gguf_int(&ours.g, "tokenizer.ggml.bos_token_id", -1, &bos);
+    gguf_int(&ours.g, "tokenizer.ggml.add_bos_token", 0, &add_bos);
+    if (!add_bos) bos = -1; // -m tokenize prints BOS only when the model adds one
     const GgufTensor *emb = gguf_tensor(&ours.g, "token_embd.weight");
     vocab = emb ? (int64_t)emb->dims[1] : 0;
     if (gguf_tensor(&ref.g, "rope_freqs.weight")) test_rope_freqs(e->label, &ours, theta, (int)head_size);

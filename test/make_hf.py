@@ -3,7 +3,7 @@
 directory, as a test fixture for export.py --hf.
 
     python3 test/make_hf.py IN_V0.bin OUT_DIR [--dtype f32|bf16] [--shards N] [--tied|--untied]
-        [--arch llama|qwen2] [--biases-from FILE.gguf] [--set KEY=JSON]... [--copy FILE[:NAME]]...
+        [--arch llama|qwen2] [--biases-from FILE.gguf] [--set KEY=JSON]... [--copy FILE[:NAME]]... [--tokenizer-from FILE.gguf]
 
 Writes OUT_DIR/config.json and model.safetensors (or, with --shards N > 1,
 model-0000i-of-0000N.safetensors plus model.safetensors.index.json). For
@@ -18,7 +18,8 @@ lm_head.weight; --untied writes it, copying the embeddings if the checkpoint
 has no separate classifier. bf16 rounds to nearest even. --set KEY=JSON sets
 a config.json key (rope_theta=500000, rope_scaling={...}); --copy puts a
 file (tokenizer.json, tokenizer_config.json, tokenizer.model) into OUT_DIR,
-FILE:NAME under another name.
+FILE:NAME under another name; --tokenizer-from writes the tokenizer.json and
+tokenizer_config.json of a GGUF file's byte-level vocabulary.
 Needs numpy only.
 """
 
@@ -75,11 +76,13 @@ def hf_permute(w, n_heads, dim1, dim2):
     return w.reshape(n_heads, dim1 // n_heads // 2, 2, dim2).swapaxes(1, 2).reshape(dim1, dim2)
 
 
-def gguf_biases(path):
-    """{GGUF tensor name: float32 array} of the F32 *.bias tensors of a GGUF file."""
+def read_gguf(path):
+    """({key: value}, {tensor name: float32 array of the F32 tensors}) of a
+    GGUF file; arrays come back as lists."""
     data = np.fromfile(path, dtype=np.uint8)
     pos = 24
     n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    scalars = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
     def string():
         nonlocal pos
@@ -87,27 +90,24 @@ def gguf_biases(path):
         pos += 8 + n
         return data[pos - n:pos].tobytes().decode("utf-8")
 
-    def skip(kind):
+    def value(kind):
         nonlocal pos
-        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
         if kind == 8:
-            string()
-        elif kind == 9:
+            return string()
+        if kind == 9:
             elem, count = struct.unpack_from("<IQ", data, pos)
             pos += 12
-            for _ in range(count):
-                skip(elem)
-        else:
-            pos += sizes[kind]
+            return [value(elem) for _ in range(count)]
+        (v,) = struct.unpack_from("<" + scalars[kind], data, pos)
+        pos += struct.calcsize("<" + scalars[kind])
+        return v
 
-    alignment = 32
+    kv = {}
     for _ in range(n_kv):
         key = string()
         (kind,) = struct.unpack_from("<I", data, pos)
         pos += 4
-        if key == "general.alignment":
-            (alignment,) = struct.unpack_from("<I", data, pos)
-        skip(kind)
+        kv[key] = value(kind)
     infos = []
     for _ in range(n_tensors):
         name = string()
@@ -116,20 +116,71 @@ def gguf_biases(path):
         kind, offset = struct.unpack_from("<IQ", data, pos + 4 + 8 * n_dims)
         pos += 4 + 8 * n_dims + 12
         infos.append((name, dims, kind, offset))
+    alignment = kv.get("general.alignment", 32)
     start = -(-pos // alignment) * alignment
-    out = {}
+    tensors = {}
     for name, dims, kind, offset in infos:
-        if name.endswith(".bias") and kind == 0:
+        if kind == 0:
             n = int(np.prod(dims))
-            out[name] = data[start + offset:start + offset + 4 * n].view("<f4").copy()
-    return out
+            tensors[name] = data[start + offset:start + offset + 4 * n].view("<f4").copy()
+    return kv, tensors
+
+
+# Hugging Face's pre-tokenizers for the tokenizer.ggml.pre values of --tokenizer-from.
+SPLITS = {
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                 r"\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+             r"\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
+def write_tokenizer_from(path, out_dir):
+    """tokenizer.json and tokenizer_config.json as Hugging Face ships them
+    for the gpt2 vocabulary of a GGUF file: normal tokens in model.vocab,
+    control (special) and user-defined ones in added_tokens, the merges, the
+    pre-tokenizer of its tokenizer.ggml.pre (Qwen2 with Qwen2.5's NFC
+    normalizer), BOS added by the post-processor when add_bos_token says so."""
+    kv, _ = read_gguf(path)
+    tokens, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]
+    pre = kv["tokenizer.ggml.pre"]
+    bos, eos = kv.get("tokenizer.ggml.bos_token_id"), kv.get("tokenizer.ggml.eos_token_id")
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": types[i] == 3} for i, t in enumerate(tokens) if types[i] in (3, 4)]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    post = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    if kv.get("tokenizer.ggml.add_bos_token") and bos is not None:
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [], "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos], "tokens": [tokens[bos]]}}}
+    tj = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": SPLITS[pre]}, "behavior": "Isolated", "invert": False}, byte_level]},
+        "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": pre != "qwen2",
+                  "vocab": {t: i for i, t in enumerate(tokens) if types[i] == 1},
+                  "merges": kv["tokenizer.ggml.merges"]},
+    }
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    config = {"bos_token": tokens[bos] if bos is not None else None,
+              "eos_token": tokens[eos] if eos is not None else None,
+              "model_max_length": 131072, "tokenizer_class": "PreTrainedTokenizerFast"}
+    if "tokenizer.chat_template" in kv:
+        config["chat_template"] = kv["tokenizer.chat_template"]
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
 
 
 def make_biases(h, biases_from):
     """{(layer, "q"|"k"|"v"): float32 bias} for --arch qwen2."""
     head_size = h["dim"] // h["heads"]
     rows = {"q": h["dim"], "k": h["kv_heads"] * head_size, "v": h["kv_heads"] * head_size}
-    found = gguf_biases(biases_from) if biases_from else {}
+    found = read_gguf(biases_from)[1] if biases_from else {}
     rng = np.random.default_rng(5)
     out = {}
     for l in range(h["layers"]):
@@ -238,6 +289,7 @@ def main():
     parser.add_argument("--biases-from", metavar="FILE.gguf")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON")
     parser.add_argument("--copy", action="append", default=[], metavar="FILE")
+    parser.add_argument("--tokenizer-from", metavar="FILE.gguf")
     args = parser.parse_args()
 
     h, t = read_v0(args.checkpoint)
@@ -250,6 +302,8 @@ def main():
         parser.error(f"--shards must be in 1..{len(tensors)}")
     os.makedirs(args.out_dir, exist_ok=True)
     write_config(args.out_dir, h, untied, args.dtype, args.arch, args.set)
+    if args.tokenizer_from:
+        write_tokenizer_from(args.tokenizer_from, args.out_dir)
     for spec in args.copy:
         path, _, name = spec.partition(":")
         shutil.copy(path, os.path.join(args.out_dir, name or os.path.basename(path)))
