@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """export.py: convert Llama-family checkpoints and tokenizers for run.c.
 
-Checkpoints, written in run.c's checkpoint format version 1 (README.md):
+Checkpoints, written in run.c's checkpoint format version 1 (README.md), or
+for Hugging Face models that format cannot hold, as GGUF (see below):
 
-    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype T]
+    python3 export.py OUT.bin --hf DIR       [--seq-len N] [--dtype T] [--gguf]
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
@@ -19,6 +20,13 @@ Checkpoints, written in run.c's checkpoint format version 1 (README.md):
                  Q6_K, written as run.c format version 2): GGUF's blocks,
                  rounded as run.c and llama-quantize round, byte for byte as
                  ./run -m quantize writes them; norms stay f32.
+  --gguf         with --hf: write GGUF whatever the model.
+
+  --hf writes GGUF version 3, tokenizer included, when the directory's
+  tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
+  config has rope_scaling (llama3 or linear), attention biases or
+  model_type qwen2: the file llama.cpp's convert_hf_to_gguf.py writes for
+  the same directory (keys, tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
@@ -466,6 +474,193 @@ def q4_k_m_type(c, kind, layer, row_len):
     return t
 
 
+# The GGUF writer (version 3, little-endian), for models run.c's own format
+# cannot hold: byte-level BPE tokenizers, scaled RoPE, biases, Qwen2. The
+# file is the one llama.cpp's convert_hf_to_gguf.py writes for the same
+# directory: the same keys, tensor names, layouts and rope_freqs values.
+
+GGUF_MAGIC, GGUF_VERSION, GGUF_ALIGN = 0x46554747, 3, 32
+GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, GGUF_ARRAY = 4, 5, 6, 7, 8, 9
+GGUF_FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}  # general.file_type (llama_ftype)
+# tokenizer.ggml.token_type values (SentencePiece's piece types use the same numbers)
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def gguf_str(text):
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def gguf_value(kind, value):
+    """The bytes of one metadata value: kind is a GGUF type, or
+    (GGUF_ARRAY, element type) for arrays of strings, int32 or float32."""
+    if isinstance(kind, tuple):
+        elem = kind[1]
+        head = struct.pack("<IIQ", GGUF_ARRAY, elem, len(value))
+        if elem == GGUF_STRING:
+            return head + b"".join(gguf_str(v) for v in value)
+        return head + np.asarray(value, dtype="<i4" if elem == GGUF_I32 else "<f4").tobytes()
+    head = struct.pack("<I", kind)
+    if kind == GGUF_STRING:
+        return head + gguf_str(value)
+    return head + struct.pack({GGUF_U32: "<I", GGUF_F32: "<f", GGUF_BOOL: "<?"}[kind], value)
+
+
+def gguf_tensor_bytes(shape, ggml_type):
+    n = int(np.prod(shape))
+    return {0: 4 * n, 1: 2 * n, 8: n // QK * 34, 2: n // QK * 18}[ggml_type]
+
+
+def write_gguf(out_path, metadata, tensors, inputs):
+    """metadata: [(key, kind, value)]; tensors: [(name, shape, ggml type,
+    load)] where load() gives the array (loaded only when written, so that
+    one tensor at a time is in memory)."""
+    header = [struct.pack("<IIQQ", GGUF_MAGIC, GGUF_VERSION, len(tensors), len(metadata))]
+    header += [gguf_str(key) + gguf_value(kind, value) for key, kind, value in metadata]
+    offset = 0
+    for name, shape, ggml_type, _ in tensors:
+        dims = tuple(reversed(shape))  # GGML lists the row length first
+        header.append(gguf_str(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset))
+        offset += -(-gguf_tensor_bytes(shape, ggml_type) // GGUF_ALIGN) * GGUF_ALIGN
+    with atomic_output(out_path, inputs) as f:
+        for part in header:
+            f.write(part)
+        for name, shape, ggml_type, load in tensors:
+            f.write(bytes(-f.tell() % GGUF_ALIGN))
+            data = load()
+            if memoryview(data).nbytes != gguf_tensor_bytes(shape, ggml_type):
+                raise ExportError(f"{out_path}: tensor {name}: {memoryview(data).nbytes} bytes, expected "
+                                  f"{gguf_tensor_bytes(shape, ggml_type)}")
+            f.write(data)
+            del data
+
+
+def llama3_rope_factors(theta, head_size, scaling):
+    """rope_freqs.weight for Llama 3.1 RoPE scaling, as llama.cpp's converter
+    computes it: the frequencies theta^(-2i/head_size) in float32; those
+    whose wavelength 2*pi/freq is shorter than original_max_position_embeddings
+    / high_freq_factor keep factor 1, those longer than ... / low_freq_factor
+    get `factor`, and those between are interpolated: with smooth =
+    (original / wavelength - low) / (high - low), 1 / ((1 - smooth) / factor
+    + smooth), worked out in double precision and stored as float32 (which
+    gives llama.cpp's files' values bit for bit). llama.cpp divides each
+    frequency by its factor."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    exponents = np.arange(0, head_size, 2, dtype=np.float32) / np.float32(head_size)
+    freqs = np.float32(1) / np.power(np.float32(theta), exponents, dtype=np.float32)
+    factors = []
+    for freq in freqs.astype(np.float64):
+        wavelength = 2 * np.pi / freq
+        if wavelength < original / high:
+            factors.append(1.0)
+        elif wavelength > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+# run.c kind -> llama.cpp's tensor name inside blk.N (or the whole name).
+GGUF_NAMES = {
+    "token_embedding": "token_embd", "rms_final": "output_norm", "wcls": "output",
+    "rms_att": "attn_norm", "rms_ffn": "ffn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v",
+    "wo": "attn_output", "w1": "ffn_gate", "w2": "ffn_down", "w3": "ffn_up",
+}
+
+
+def gguf_model_tensors(source, dtype, out_path):
+    """[(name, shape, ggml type, load)] of a Hugging Face model, in
+    llama.cpp's order (rope_freqs first, then the model's own)."""
+    c = source.config
+    q_dim, kv_dim = c.n_heads * c.head_size, c.n_kv_heads * c.head_size
+    bias_rows = {"wq": q_dim, "wk": kv_dim, "wv": kv_dim, "wo": c.dim}
+    entries = []
+    if source.rope_scaling and source.rope_scaling["type"] == "llama3":
+        factors = llama3_rope_factors(c.rope_theta, c.head_size, source.rope_scaling)
+        entries.append(("rope_freqs.weight", factors.shape, 0, lambda: factors.tobytes()))
+
+    def add(kind, per_layer, shape, layer, suffix="weight"):
+        gguf_name = GGUF_NAMES[kind] + "." + suffix
+        if per_layer:
+            gguf_name = f"blk.{layer}.{gguf_name}"
+        matrix = len(shape) == 2 and not kind.startswith("rms_")
+        ggml_type = WEIGHT_TYPES[dtype] if matrix else 0
+        if matrix and ggml_type in (2, 8) and shape[1] % QK:
+            raise ExportError(f"{source.where(kind, layer, suffix)}: rows of {shape[1]} values are not whole "
+                              f"blocks of {QK}; use --dtype f32 or f16")
+
+        def load():
+            array = source.tensor(kind, layer, suffix)
+            if tuple(array.shape) != shape:
+                raise ExportError(f"{source.where(kind, layer, suffix)} has shape {tuple(array.shape)}, "
+                                  f"expected {shape}")
+            if not np.isfinite(array).all():
+                raise ExportError(f"{source.where(kind, layer, suffix)} holds NaN or infinite values")
+            return encode_tensor(array, "rms_" if not matrix else kind, dtype if matrix else "f32")
+        entries.append((gguf_name, shape, ggml_type, load))
+
+    shapes = {kind: (per_layer, shape) for kind, per_layer, shape in runc_tensors(c)}
+    add("token_embedding", False, shapes["token_embedding"][1], None)
+    for layer in range(c.n_layers):
+        add("rms_att", True, (c.dim,), layer)
+        for kind in ("wq", "wk", "wv"):
+            add(kind, True, shapes[kind][1], layer)
+            if kind in source.biases:
+                add(kind, True, (bias_rows[kind],), layer, "bias")
+        add("wo", True, shapes["wo"][1], layer)
+        if "wo" in source.biases:
+            add("wo", True, (c.dim,), layer, "bias")
+        add("rms_ffn", True, (c.dim,), layer)
+        for kind in ("w1", "w2", "w3"):
+            add(kind, True, shapes[kind][1], layer)
+    add("rms_final", False, (c.dim,), None)
+    if not c.shared_classifier:
+        add("wcls", False, shapes["wcls"][1], None)
+    return entries
+
+
+def gguf_model_metadata(source, dtype, vocab_size):
+    """general.* and ARCH.* keys as llama.cpp's converter writes them."""
+    c, arch = source.config, source.arch
+    name = os.path.basename(os.path.normpath(os.path.abspath(source.path)))
+    meta = [
+        ("general.architecture", GGUF_STRING, arch),
+        ("general.name", GGUF_STRING, name),
+        ("general.file_type", GGUF_U32, GGUF_FILE_TYPES[dtype]),
+        ("general.quantization_version", GGUF_U32, 2),
+        (f"{arch}.vocab_size", GGUF_U32, vocab_size),
+        (f"{arch}.context_length", GGUF_U32, c.seq_len),
+        (f"{arch}.embedding_length", GGUF_U32, c.dim),
+        (f"{arch}.block_count", GGUF_U32, c.n_layers),
+        (f"{arch}.feed_forward_length", GGUF_U32, c.hidden_dim),
+        (f"{arch}.attention.head_count", GGUF_U32, c.n_heads),
+        (f"{arch}.attention.head_count_kv", GGUF_U32, c.n_kv_heads),
+        (f"{arch}.rope.freq_base", GGUF_F32, c.rope_theta),
+        (f"{arch}.attention.layer_norm_rms_epsilon", GGUF_F32, c.norm_eps),
+        (f"{arch}.rope.dimension_count", GGUF_U32, c.head_size),
+    ]
+    if source.rope_scaling and source.rope_scaling["type"] == "linear":
+        meta += [(f"{arch}.rope.scaling.type", GGUF_STRING, "linear"),
+                 (f"{arch}.rope.scaling.factor", GGUF_F32, source.rope_scaling["factor"])]
+    return meta
+
+
+def export_hf_gguf(out_path, source, tokenizer, dtype, inputs):
+    """Writes a Hugging Face model and its tokenizer as one GGUF file."""
+    c = source.config
+    check_config(c, source.path)
+    if dtype not in GGUF_FILE_TYPES:
+        raise ExportError(f"--dtype {dtype}: the GGUF export writes {', '.join(GGUF_FILE_TYPES)} (quantize the "
+                          f"GGUF with llama-quantize for the K-quants)")
+    if tokenizer.n_tokens != c.vocab_size:
+        raise ExportError(f"{tokenizer.path}: {tokenizer.n_tokens} tokens, but the model's vocab_size is "
+                          f"{c.vocab_size} (embedding rows)")
+    metadata = gguf_model_metadata(source, dtype, c.vocab_size) + tokenizer.metadata
+    write_gguf(out_path, metadata, gguf_model_tensors(source, dtype, out_path), inputs)
+
+
 # ---------------------------------------------------------------------------
 # Files
 
@@ -705,13 +900,8 @@ def open_hf_pickles(directory):
     return store
 
 
-def hf_config(directory, store):
-    """The run.c Config of a Hugging Face Llama directory, or a refusal."""
-    path = os.path.join(directory, "config.json")
-    cfg = read_json(path)
-    if not isinstance(cfg, dict):
-        raise ExportError(f"{path}: not a JSON object")
-    check_hf_architecture(cfg, path)
+def hf_config(directory, store, cfg, path):
+    """The run.c Config of a Hugging Face Llama or Qwen2 directory, or a refusal."""
     get = lambda key, default=None: cfg[key] if cfg.get(key) is not None else default
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "vocab_size"):
@@ -728,7 +918,6 @@ def hf_config(directory, store):
     if isinstance(eos, list):
         if not eos:
             raise ExportError(f"{path}: eos_token_id is an empty list")
-        print(f"note: {path}: eos_token_id lists {eos}; the header holds only {eos[0]}")
         eos = eos[0]
     return Config(
         dim=dim, hidden_dim=cfg["intermediate_size"], n_layers=cfg["num_hidden_layers"],
@@ -740,47 +929,98 @@ def hf_config(directory, store):
         bos_id=get("bos_token_id", 1), eos_id=eos)
 
 
+# Hugging Face model_type -> (architectures, GGUF architecture).
+HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2")}
+LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
 def check_hf_architecture(cfg, path):
-    """Refuses configs that are not a plain Llama run.c can compute exactly."""
+    """The GGUF architecture name ("llama" or "qwen2") of a config run.c can
+    compute exactly; refuses the others."""
     model_type, archs = cfg.get("model_type"), cfg.get("architectures")
     if model_type is None and archs is None:
         raise ExportError(f"{path}: has neither model_type nor architectures")
-    if model_type is not None and model_type != "llama":
-        raise ExportError(f"{path}: model_type is {model_type!r}, not 'llama'")
-    if archs is not None and archs != ["LlamaForCausalLM"]:
-        raise ExportError(f"{path}: architectures {archs} is not ['LlamaForCausalLM']")
-    for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key):
-            raise ExportError(f"{path}: {key} is true; run.c has no bias terms")
+    if model_type is None:
+        model_type = next((t for t, (a, _) in HF_ARCHITECTURES.items() if archs == [a]), None)
+    if model_type not in HF_ARCHITECTURES:
+        raise ExportError(f"{path}: model_type is {model_type!r}, not one of "
+                          f"{', '.join(repr(t) for t in HF_ARCHITECTURES)}")
+    hf_arch, arch = HF_ARCHITECTURES[model_type]
+    if archs is not None and archs != [hf_arch]:
+        raise ExportError(f"{path}: architectures {archs} is not ['{hf_arch}'] (model_type {model_type!r})")
+    if cfg.get("mlp_bias"):
+        raise ExportError(f"{path}: mlp_bias is true; run.c has no bias terms in the feed-forward network")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ExportError(f"{path}: hidden_act {cfg['hidden_act']!r} is not silu")
+    if cfg.get("use_sliding_window"):
+        raise ExportError(f"{path}: use_sliding_window is true; run.c attends to the whole context")
+    if cfg.get("quantization_config") is not None:
+        raise ExportError(f"{path}: quantized checkpoints (quantization_config) are not supported")
+    return arch
+
+
+def hf_rope_scaling(cfg, path):
+    """None for plain RoPE, else {"type": "linear", "factor"} or {"type":
+    "llama3", the four LLAMA3_ROPE_KEYS}; refuses the other kinds."""
+    found = None
     for key in ("rope_scaling", "rope_parameters"):
         rope = cfg.get(key)
         if rope is None:
             continue
         implied = "default" if key == "rope_parameters" else None  # a bare rope_theta holder
         kind = rope.get("rope_type", rope.get("type", implied)) if isinstance(rope, dict) else None
-        if kind != "default":
-            raise ExportError(f"{path}: {key} {rope} is not implemented (plain RoPE only)")
-    if cfg.get("quantization_config") is not None:
-        raise ExportError(f"{path}: quantized checkpoints (quantization_config) are not supported")
+        if kind == "default":
+            continue
+        if kind not in ("linear", "llama3"):
+            raise ExportError(f"{path}: {key} type {kind!r} is not supported (supported: linear, llama3)")
+        keys = ("factor",) if kind == "linear" else LLAMA3_ROPE_KEYS
+        scaling = {"type": kind}
+        for k in keys:
+            if k not in rope:
+                raise ExportError(f"{path}: {key} of type {kind} has no {k}")
+            scaling[k] = real(rope[k], f"{key}.{k}", path)
+            if not (np.isfinite(scaling[k]) and scaling[k] > 0):
+                raise ExportError(f"{path}: {key}.{k} {rope[k]} is not a positive number")
+        if kind == "llama3" and scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+            raise ExportError(f"{path}: {key}: high_freq_factor must be above low_freq_factor")
+        if found is not None and found != scaling:
+            raise ExportError(f"{path}: rope_scaling and rope_parameters disagree")
+        found = scaling
+    return found
 
 
 class HFModel:
-    """Reads a Hugging Face Llama directory; tensor() gives run.c's tensors."""
+    """Reads a Hugging Face Llama or Qwen2 directory: tensor() gives run.c's
+    tensors, gguf_tensors() llama.cpp's."""
 
     def __init__(self, directory):
         self.path = directory
         if not os.path.isdir(directory):
             raise ExportError(f"{directory}: not a directory")
-        if not os.path.isfile(os.path.join(directory, "config.json")):
-            raise ExportError(f"{os.path.join(directory, 'config.json')}: missing")
+        config_path = os.path.join(directory, "config.json")
+        if not os.path.isfile(config_path):
+            raise ExportError(f"{config_path}: missing")
+        cfg = read_json(config_path)
+        if not isinstance(cfg, dict):
+            raise ExportError(f"{config_path}: not a JSON object")
+        self.hf_config = cfg
+        self.arch = check_hf_architecture(cfg, config_path)
+        self.rope_scaling = hf_rope_scaling(cfg, config_path)
+        # Qwen2 always has q/k/v biases; Llama has q/k/v/o ones with attention_bias.
+        self.biases = {"qwen2": ("wq", "wk", "wv")}.get(self.arch, ())
+        if self.arch == "llama" and cfg.get("attention_bias"):
+            self.biases = ("wq", "wk", "wv", "wo")
         self.store = open_hf_tensors(directory)
-        self.config = hf_config(directory, self.store)
+        self.config = hf_config(directory, self.store, cfg, config_path)
         self.check_names()
 
-    def name(self, kind, layer):
-        return HF_NAMES[kind].format(layer)
+    @property
+    def needs_gguf(self):
+        """What run.c's own format cannot hold: another architecture, biases, scaled RoPE."""
+        return self.arch != "llama" or bool(self.biases) or self.rope_scaling is not None
+
+    def name(self, kind, layer, suffix="weight"):
+        return HF_NAMES[kind].format(layer)[:-len("weight")] + suffix
 
     def check_names(self):
         """Every tensor present, none unexpected (biases, extra layers...)."""
@@ -788,28 +1028,33 @@ class HFModel:
         expected = {self.name(kind, layer)
                     for kind, per_layer, _ in runc_tensors(c)
                     for layer in (range(c.n_layers) if per_layer else [None])}
+        expected |= {self.name(kind, layer, "bias") for kind in self.biases for layer in range(c.n_layers)}
         if "lm_head.weight" in self.store.files and c.shared_classifier:
             expected.add("lm_head.weight")  # tied: Hugging Face uses embed_tokens instead
-        for name in expected:
+        for name in sorted(expected):
             if name not in self.store.files:
                 raise ExportError(f"{self.path}: tensor {name} is missing")
         for name in self.store.files:
             if name not in expected and not name.endswith(".rotary_emb.inv_freq"):
-                problem = "a bias" if name.endswith(".bias") else "not part of a plain Llama model"
+                problem = "a bias" if name.endswith(".bias") else f"not part of a plain {self.arch} model"
                 raise ExportError(f"{self.store.where(name)} is unexpected ({problem})")
 
-    def where(self, kind, layer):
-        return self.store.where(self.name(kind, layer))
+    def where(self, kind, layer, suffix="weight"):
+        return self.store.where(self.name(kind, layer, suffix))
 
-    def tensor(self, kind, layer):
-        c, name = self.config, self.name(kind, layer)
+    def tensor(self, kind, layer, suffix="weight"):
+        """A weight (or bias) as float32; for architecture llama, wq and wk
+        (and their biases) go back to RoPE's consecutive pairs (llama.cpp's
+        converter does the same); Qwen2 keeps Hugging Face's layout, which
+        llama.cpp reads with NEOX RoPE."""
+        c, name = self.config, self.name(kind, layer, suffix)
         w = self.store.load(name)
-        if kind in ("wq", "wk"):
+        if kind in ("wq", "wk") and self.arch == "llama":
             heads = c.n_heads if kind == "wq" else c.n_kv_heads
-            if w.ndim != 2 or w.shape[0] != heads * c.head_size:
-                raise ExportError(f"{self.where(kind, layer)} has shape {tuple(w.shape)}, expected "
-                                  f"({heads * c.head_size}, {c.dim})")
-            w = unpermute_rotate_half(w, heads)
+            if w.shape[:1] != (heads * c.head_size,) or w.ndim != (2 if suffix == "weight" else 1):
+                raise ExportError(f"{self.where(kind, layer, suffix)} has shape {tuple(w.shape)}, expected "
+                                  f"({heads * c.head_size}{', ' + str(c.dim) if suffix == 'weight' else ''})")
+            w = unpermute_rotate_half(w.reshape(w.shape[0], -1), heads).reshape(w.shape)
         return w
 
 
@@ -1070,27 +1315,38 @@ def as_int32(varint):
 SPM_BPE = 2  # TrainerSpec.model_type
 
 
+class SentencePieceModel:
+    """.pieces (bytes), .scores (raw float32 bytes, kept bit-exact), .types
+    (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte: GGUF's
+    numbers too), .bos_id, .eos_id, .unk_id."""
+
+
 def read_sentencepiece(path, data):
-    """Pieces, raw score bytes (kept bit-exact), BOS and EOS ids of a
-    SentencePiece ModelProto: pieces = field 1 {1: piece, 2: score, 3: type},
-    trainer_spec = field 2 {3: model_type, 41: bos_id, 42: eos_id},
-    normalizer_spec = field 3 {3: add_dummy_prefix}."""
-    pieces, scores = [], []
-    model_type, bos_id, eos_id, dummy_prefix = 1, 1, 2, 1  # SentencePiece's defaults
+    """A SentencePiece ModelProto: pieces = field 1 {1: piece, 2: score,
+    3: type}, trainer_spec = field 2 {3: model_type, 40: unk_id, 41: bos_id,
+    42: eos_id}, normalizer_spec = field 3 {3: add_dummy_prefix}."""
+    m = SentencePieceModel()
+    pieces, scores, m.types = [], [], []
+    model_type, m.unk_id, bos_id, eos_id, dummy_prefix = 1, 0, 1, 2, 1  # SentencePiece's defaults
     for field, value in proto_fields(data):
         if field == 1:
-            piece, score = b"", struct.pack("<f", 0.0)
+            piece, score, kind = b"", struct.pack("<f", 0.0), 1
             for f, v in proto_fields(value):
                 if f == 1:
                     piece = bytes(v)
                 elif f == 2:
                     score = bytes(v)
+                elif f == 3:
+                    kind = v
             pieces.append(piece)
             scores.append(score)
+            m.types.append(kind)
         elif field == 2:
             for f, v in proto_fields(value):
                 if f == 3:
                     model_type = v
+                elif f == 40:
+                    m.unk_id = as_int32(v)
                 elif f == 41:
                     bos_id = as_int32(v)
                 elif f == 42:
@@ -1106,16 +1362,17 @@ def read_sentencepiece(path, data):
                           "run.c's tokenizer is BPE")
     if not dummy_prefix:
         raise ExportError(f"{path}: add_dummy_prefix is off; run.c's tokenizer always adds it")
-    return pieces, scores, bos_id, eos_id
+    m.pieces, m.scores, m.bos_id, m.eos_id = pieces, scores, bos_id, eos_id
+    return m
 
 
 def export_sentencepiece(path, data, out_path):
     try:
-        pieces, scores, bos_id, eos_id = read_sentencepiece(path, data)
+        m = read_sentencepiece(path, data)
     except (ValueError, IndexError) as e:
         raise ExportError(f"{path}: not a SentencePiece model ({e})")
-    write_tokenizer_bin(out_path, pieces, scores, bos_id, eos_id, [path])
-    return len(pieces)
+    write_tokenizer_bin(out_path, m.pieces, m.scores, m.bos_id, m.eos_id, [path])
+    return len(m.pieces)
 
 
 def pre_tokenizer_types(node):
@@ -1180,11 +1437,22 @@ def convert_tokenizer_json(path, out_path):
     if not isinstance(tj, dict):
         raise ExportError(f"{path}: not a tokenizer.json object")
     check_sentencepiece_bpe_json(tj, path)
+    pieces, scores, _, bos_id, eos_id, _, _ = spm_json_vocab(tj, path)
+    write_tokenizer_bin(out_path, [p.encode("utf-8") for p in pieces],
+                        [struct.pack("<f", s) for s in scores], bos_id, eos_id, [path])
+    return len(pieces)
+
+
+def spm_json_vocab(tj, path):
+    """Pieces, scores (from merge ranks, see the top of this file), piece
+    types, BOS and EOS ids ( -1 if absent), added tokens {text: id} and the
+    unknown token's id (or None) of a SentencePiece-BPE tokenizer.json."""
     vocab = dict(tj["model"]["vocab"])
-    for added in tj.get("added_tokens") or []:
-        if vocab.get(added["content"], added["id"]) != added["id"]:
-            raise ExportError(f"{path}: added token {added['content']!r} has two ids")
-        vocab[added["content"]] = added["id"]
+    added = {}
+    for entry in tj.get("added_tokens") or []:
+        if vocab.get(entry["content"], entry["id"]) != entry["id"]:
+            raise ExportError(f"{path}: added token {entry['content']!r} has two ids")
+        vocab[entry["content"]] = added[entry["content"]] = entry["id"]
     pieces = [None] * len(vocab)
     for piece, i in vocab.items():
         if not isinstance(i, int) or not 0 <= i < len(vocab) or pieces[i] is not None:
@@ -1197,20 +1465,22 @@ def convert_tokenizer_json(path, out_path):
             raise ExportError(f"{path}: merge {left!r} + {right!r} uses a piece not in the vocabulary")
         first_rank.setdefault(left + right, rank)
     special = {a["content"] for a in tj.get("added_tokens") or [] if a.get("special")}
-    scores = []
+    unk = tj["model"].get("unk_token")
+    scores, types = [], []
     for piece in pieces:
+        byte = re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece)
         if piece in first_rank:
             scores.append(-float(first_rank[piece]))
-        elif len(piece) == 1 or piece in special or re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):
+        elif len(piece) == 1 or piece in special or byte:
             scores.append(0.0)
         else:
             scores.append(-1e9)  # no merge makes it: Hugging Face never produces it
+        types.append(TOKEN_UNKNOWN if piece == unk else TOKEN_CONTROL if piece in special else
+                     TOKEN_BYTE if byte else TOKEN_NORMAL)
     directory = os.path.dirname(os.path.abspath(path))
     bos_id = json_special_id(tj, directory, vocab, "bos")
     eos_id = json_special_id(tj, directory, vocab, "eos")
-    write_tokenizer_bin(out_path, [p.encode("utf-8") for p in pieces],
-                        [struct.pack("<f", s) for s in scores], bos_id, eos_id, [path])
-    return len(pieces)
+    return pieces, scores, types, bos_id, eos_id, added, vocab.get(unk)
 
 
 def export_tokenizer(path, out_path):
@@ -1224,6 +1494,277 @@ def export_tokenizer(path, out_path):
     if data.lstrip()[:1] == b"{":
         return export_tokenizer_json(path, out_path)
     return export_sentencepiece(path, data, out_path)
+
+
+# ---------------------------------------------------------------------------
+# Tokenizers carried inside a GGUF file (tokenizer.ggml.*), as llama.cpp's
+# converter and gguf-py's SpecialVocab write them.
+
+# tokenizer.ggml.pre by the pre-tokenizer of a byte-level tokenizer.json.
+# llama.cpp's converter recognizes these by hashing the ids of a fixed text,
+# which needs the tokenizers library; the splitting rules themselves are in
+# tokenizer.json, so they are recognized here by what they are.
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+BYTE_LEVEL_PRE = {
+    ("Split", LLAMA3_SPLIT, "ByteLevel"): "llama-bpe",   # Llama 3.x
+    ("Split", QWEN2_SPLIT, "ByteLevel"): "qwen2",        # Qwen2, Qwen2.5
+    ("Digits", "ByteLevel+regex"): "smollm",             # SmolLM, SmolLM2 (StarCoder's)
+    ("ByteLevel+regex",): "gpt-2",                       # GPT-2's own pattern
+}
+# Tokens llama.cpp treats as the end of a turn, found by their text.
+END_OF_TURN = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>")
+
+
+def byte_level_pre(tj, path):
+    """tokenizer.ggml.pre for a tokenizer.json's pre_tokenizer, or a refusal."""
+    node = tj.get("pre_tokenizer")
+    steps = node.get("pretokenizers") if isinstance(node, dict) and node.get("type") == "Sequence" else [node]
+    shape = []
+    for step in steps if isinstance(steps, list) else [steps]:
+        kind = step.get("type") if isinstance(step, dict) else None
+        if kind == "Split":
+            pattern = step.get("pattern") if isinstance(step.get("pattern"), dict) else {}
+            if step.get("behavior") != "Isolated" or step.get("invert"):
+                shape.append(f"Split({step.get('behavior')}, invert {step.get('invert')})")
+            shape += ["Split", pattern.get("Regex", pattern.get("String"))]
+        elif kind == "ByteLevel":
+            if step.get("add_prefix_space"):
+                raise ExportError(f"{path}: ByteLevel with add_prefix_space is not supported")
+            shape.append("ByteLevel+regex" if step.get("use_regex", True) else "ByteLevel")
+        elif kind == "Digits" and step.get("individual_digits"):
+            shape.append("Digits")
+        else:
+            shape.append(json.dumps(step)[:80])
+    pre = BYTE_LEVEL_PRE.get(tuple(shape))
+    if pre is None:
+        raise ExportError(f"{path}: pre-tokenizer {' + '.join(str(s) for s in shape)[:200]!s} is not one "
+                          f"run.c knows ({', '.join(BYTE_LEVEL_PRE.values())})")
+    return pre
+
+
+def is_byte_level(tj):
+    return ("ByteLevel" in pre_tokenizer_types(tj.get("pre_tokenizer"))
+            or (isinstance(tj.get("decoder"), dict) and tj["decoder"].get("type") == "ByteLevel"))
+
+
+def token_content(entry):
+    """A tokenizer_config.json *_token value: a string or {"content": ...}."""
+    if isinstance(entry, dict):
+        entry = entry.get("content")
+    return entry if isinstance(entry, str) else None
+
+
+def template_specials(tj):
+    """(first, last) SpecialToken ids of the post-processor's single template."""
+    node = tj.get("post_processor")
+    for proc in (node.get("processors", [node]) if isinstance(node, dict) else []):
+        if isinstance(proc, dict) and proc.get("type") == "TemplateProcessing":
+            single = proc.get("single") or []
+            first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+            last = single[-1].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+            return first, last
+    return None, None
+
+
+class GgufTokenizer:
+    """A tokenizer as tokenizer.ggml.* metadata: .path, .n_tokens, .metadata, .describe."""
+
+    def __init__(self, path, n_tokens, metadata, describe):
+        self.path, self.n_tokens, self.metadata, self.describe = path, n_tokens, metadata, describe
+
+
+def hf_tokenizer_config(directory):
+    path = os.path.join(directory, "tokenizer_config.json")
+    tc = read_json(path) if os.path.isfile(path) else {}
+    if not isinstance(tc, dict):
+        raise ExportError(f"{path}: not a JSON object")
+    return tc
+
+
+def chat_template_metadata(directory, tc):
+    """tokenizer.chat_template from tokenizer_config.json (a string, or a list
+    of named templates: "default" and tokenizer.chat_template.NAME), else
+    from chat_template.jinja."""
+    template = tc.get("chat_template")
+    jinja = os.path.join(directory, "chat_template.jinja")
+    if template is None and os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            template = f.read()
+    if template is None:
+        return []
+    if isinstance(template, str):
+        return [("tokenizer.chat_template", GGUF_STRING, template)]
+    if isinstance(template, list) and all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                          and isinstance(t.get("template"), str) for t in template):
+        return [("tokenizer.chat_template" + ("" if t["name"] == "default" else "." + t["name"]), GGUF_STRING,
+                 t["template"]) for t in template]
+    raise ExportError(f"{os.path.join(directory, 'tokenizer_config.json')}: chat_template is neither a string "
+                      "nor a list of named templates")
+
+
+def special_token_metadata(path, tc, hf_cfg, added, n_tokens, fallback):
+    """tokenizer.ggml.{bos,eos,unknown,padding}_token_id as gguf-py's
+    SpecialVocab finds them: tokenizer_config.json's *_token looked up among
+    the added tokens, else config.json's *_token_id, else fallback[kind]."""
+    meta = []
+    for kind, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        token = token_content(tc.get(f"{kind}_token"))
+        tid = added.get(token) if token is not None else None
+        if tid is None and isinstance(hf_cfg.get(f"{kind}_token_id"), int):
+            tid = hf_cfg[f"{kind}_token_id"]
+        if tid is None:
+            tid = fallback.get(kind)
+        if tid is None:
+            continue
+        if not 0 <= tid < n_tokens:
+            raise ExportError(f"{path}: {kind} token id {tid} is outside the vocabulary of {n_tokens}")
+        meta.append((f"tokenizer.ggml.{key}_token_id", GGUF_U32, tid))
+    return meta
+
+
+def pad_vocabulary(path, tokens, types, vocab_size, scores=None):
+    """Pads to vocab_size (the embedding's rows) with unused [PADn] tokens, as
+    llama.cpp does for models whose embedding has spare rows."""
+    if len(tokens) > vocab_size:
+        raise ExportError(f"{path}: {len(tokens)} tokens, more than the model's vocab_size {vocab_size}")
+    for i in range(len(tokens), vocab_size):
+        tokens.append(f"[PAD{i}]")
+        types.append(TOKEN_UNUSED)
+        if scores is not None:
+            scores.append(-1000.0)
+
+
+def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
+    """A byte-level BPE tokenizer.json (Llama 3, Qwen2, SmolLM) as
+    tokenizer.ggml.model "gpt2": tokens spelled as in tokenizer.json (GPT-2's
+    byte-to-unicode letters; added tokens as their text), merges in rank
+    order, token types (normal; control for added tokens flagged special,
+    user defined for the other added ones, which Hugging Face also finds in
+    typed text; unused for padding). llama.cpp's converter makes every
+    "<|...|>" control; the shared qwtiny file, like Hugging Face, follows
+    the flag (Qwen's <|fim_prefix|> is user defined)."""
+    model = tj.get("model") if isinstance(tj.get("model"), dict) else {}
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise ExportError(f"{path}: model type {model.get('type')!r} is not BPE with a vocab")
+    if model.get("byte_fallback"):
+        raise ExportError(f"{path}: byte-level BPE with byte_fallback is not supported")
+    pre = byte_level_pre(tj, path)
+    normalizer = tj.get("normalizer")
+    if normalizer is not None and normalizer != {"type": "NFC"}:
+        raise ExportError(f"{path}: normalizer {json.dumps(normalizer)[:80]} is not supported")
+    if normalizer is not None:
+        print(f"note: {path}: the NFC normalizer is not stored (llama.cpp does not apply it either); "
+              "text already in NFC tokenizes the same")
+    vocab = dict(model["vocab"])
+    added = {}
+    for entry in tj.get("added_tokens") or []:
+        content, tid = entry["content"], entry["id"]
+        if not isinstance(content, str) or not isinstance(tid, int) or content in added:
+            raise ExportError(f"{path}: added token {content!r} is malformed or listed twice")
+        added[content] = tid
+    by_id = {}
+    for piece, tid in list(vocab.items()) + list(added.items()):
+        if not isinstance(tid, int) or tid < 0 or by_id.get(tid, piece) != piece:
+            raise ExportError(f"{path}: token id {tid} is invalid or names two tokens")
+        by_id[tid] = piece
+    n = len(by_id)
+    if sorted(by_id) != list(range(n)):
+        raise ExportError(f"{path}: token ids are not 0..{n - 1} each used once")
+    special = {e["content"] for e in tj.get("added_tokens") or [] if e.get("special")}
+    added_ids = {tid: content for content, tid in added.items()}
+    tokens, types = [], []
+    for tid in range(n):
+        if tid in added_ids:
+            text = added_ids[tid]
+            if text in special:
+                types.append(TOKEN_CONTROL)
+            else:
+                text = text.replace("\u2581", " ")
+                types.append(TOKEN_USER_DEFINED)
+            tokens.append(text)
+        else:
+            tokens.append(by_id[tid])
+            types.append(TOKEN_NORMAL)
+    pad_vocabulary(path, tokens, types, vocab_size)
+    merges = []
+    for merge in model.get("merges") or []:
+        left, right = merge_pair(merge, path)
+        if not isinstance(merge, str):  # the list form may hold spaces, which the string form spells "Ġ"
+            left, right = left.replace(" ", "\u0120"), right.replace(" ", "\u0120")
+        merges.append(f"{left} {right}")
+    tc = hf_tokenizer_config(directory)
+    meta = [("tokenizer.ggml.model", GGUF_STRING, "gpt2"), ("tokenizer.ggml.pre", GGUF_STRING, pre),
+            ("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
+            ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types),
+            ("tokenizer.ggml.merges", (GGUF_ARRAY, GGUF_STRING), merges)]
+    meta += special_token_metadata(path, tc, hf_cfg, added, len(tokens), {})
+    eot = next((added[t] for t in END_OF_TURN if t in added and types[added[t]] == TOKEN_CONTROL), None)
+    if eot is not None:
+        meta.append(("tokenizer.ggml.eot_token_id", GGUF_U32, eot))
+    first, last = template_specials(tj)
+    bos_text, eos_text = token_content(tc.get("bos_token")), token_content(tc.get("eos_token"))
+    add_bos = tc.get("add_bos_token") if isinstance(tc.get("add_bos_token"), bool) else (
+        first is not None and first == (bos_text or first))
+    add_eos = tc.get("add_eos_token") if isinstance(tc.get("add_eos_token"), bool) else (
+        last is not None and last == (eos_text or last))
+    meta += [("tokenizer.ggml.add_bos_token", GGUF_BOOL, add_bos),
+             ("tokenizer.ggml.add_eos_token", GGUF_BOOL, add_eos)]
+    meta += chat_template_metadata(directory, tc)
+    return GgufTokenizer(path, len(tokens), meta, f"gpt2 ({pre}), {n} tokens, {len(merges)} merges")
+
+
+def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
+    """A SentencePiece tokenizer.model (or a SentencePiece-BPE tokenizer.json)
+    as tokenizer.ggml.model "llama": pieces, scores, piece types."""
+    if tj is None:
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            spm = read_sentencepiece(path, data)
+        except (ValueError, IndexError) as e:
+            raise ExportError(f"{path}: not a SentencePiece model ({e})")
+        tokens = [p.decode("utf-8", "replace") for p in spm.pieces]
+        scores = [struct.unpack("<f", s)[0] for s in spm.scores]
+        types, added, fallback = spm.types, {}, {"bos": spm.bos_id, "eos": spm.eos_id, "unk": spm.unk_id}
+    else:
+        tokens, scores, types, bos, eos, added, unk = spm_json_vocab(tj, path)
+        fallback = {"bos": bos, "eos": eos, "unk": unk}
+    fallback = {k: v for k, v in fallback.items() if v is not None and 0 <= v < len(tokens)}
+    n = len(tokens)
+    pad_vocabulary(path, tokens, types, vocab_size, scores)
+    tc = hf_tokenizer_config(directory)
+    meta = [("tokenizer.ggml.model", GGUF_STRING, "llama"),
+            ("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
+            ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
+            ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types)]
+    meta += special_token_metadata(path, tc, hf_cfg, added, len(tokens), fallback)
+    add_bos = tc.get("add_bos_token") if isinstance(tc.get("add_bos_token"), bool) else True
+    add_eos = tc.get("add_eos_token") if isinstance(tc.get("add_eos_token"), bool) else False
+    meta += [("tokenizer.ggml.add_bos_token", GGUF_BOOL, add_bos),
+             ("tokenizer.ggml.add_eos_token", GGUF_BOOL, add_eos)]
+    meta += chat_template_metadata(directory, tc)
+    return GgufTokenizer(path, len(tokens), meta, f"llama (SentencePiece), {n} tokens")
+
+
+def hf_gguf_tokenizer(directory, tj, hf_cfg, vocab_size):
+    """The tokenizer of a Hugging Face directory for its GGUF file:
+    tokenizer.json if byte-level BPE, else tokenizer.model, else a
+    SentencePiece-BPE tokenizer.json."""
+    json_path, model_path = (os.path.join(directory, n) for n in ("tokenizer.json", "tokenizer.model"))
+    try:
+        if tj is not None and is_byte_level(tj):
+            return byte_level_tokenizer(json_path, tj, directory, hf_cfg, vocab_size)
+        if os.path.isfile(model_path):
+            return sentencepiece_tokenizer(model_path, directory, hf_cfg, vocab_size)
+        if tj is not None:
+            check_sentencepiece_bpe_json(tj, json_path)
+            return sentencepiece_tokenizer(json_path, directory, hf_cfg, vocab_size, tj)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ExportError(f"{json_path}: malformed tokenizer.json ({type(e).__name__}: {e})")
+    raise ExportError(f"{directory}: no tokenizer.json or tokenizer.model; a GGUF file carries its tokenizer")
 
 
 # ---------------------------------------------------------------------------
@@ -1243,6 +1784,9 @@ def parse_args(argv):
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
     parser.add_argument("--dtype", default="f32",
                         help="weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q4_k, q6_k or q4_k_m (a mix)")
+    parser.add_argument("--gguf", action="store_true",
+                        help="with --hf: write GGUF (weights and tokenizer in one file) even for a model "
+                             "run.c's own format can hold")
     args = parser.parse_args(argv)
     if args.dtype not in WEIGHT_TYPES:
         parser.error(f"--dtype {args.dtype}: not supported (supported: {', '.join(WEIGHT_TYPES)})")
@@ -1250,6 +1794,8 @@ def parse_args(argv):
         parser.error("--seq-len must be positive")
     if args.tokenizer and (args.seq_len is not None or args.dtype != "f32"):
         parser.error("--seq-len and --dtype apply to checkpoints, not to --tokenizer")
+    if args.gguf and not args.hf:
+        parser.error("--gguf applies to --hf directories")
     return args
 
 
@@ -1265,6 +1811,24 @@ def export_model(args):
         if args.seq_len > c.seq_len:
             print(f"note: --seq-len {args.seq_len} is above the model's {c.seq_len}; keeping {c.seq_len}")
         c.seq_len = min(c.seq_len, args.seq_len)
+    if args.hf:
+        # GGUF when the tokenizer is byte-level BPE or the model is more than
+        # run.c's own format holds; tokenizer.json is read once, here.
+        json_path = os.path.join(args.hf, "tokenizer.json")
+        tj = read_json(json_path) if os.path.isfile(json_path) else None
+        if tj is not None and not isinstance(tj, dict):
+            raise ExportError(f"{json_path}: not a tokenizer.json object")
+        if args.gguf or source.needs_gguf or (tj is not None and is_byte_level(tj)):
+            tokenizer = hf_gguf_tokenizer(args.hf, tj, source.hf_config, c.vocab_size)
+            export_hf_gguf(args.out, source, tokenizer, args.dtype, inputs)
+            rope = source.rope_scaling["type"] + " RoPE scaling, " if source.rope_scaling else ""
+            biases = "biases, " if source.biases else ""
+            print(f"wrote {args.out}: GGUF v{GGUF_VERSION} {source.arch} {args.dtype}, {rope}{biases}"
+                  f"{c.describe()}; tokenizer {tokenizer.describe}")
+            return
+        eos = source.hf_config.get("eos_token_id")
+        if isinstance(eos, list):
+            print(f"note: eos_token_id lists {eos}; the header holds only {c.eos_id}")
     write_runc(args.out, source, args.dtype, inputs)
     version = RUNC_VERSION_TYPES if len(set(matrix_types(c, args.dtype))) > 1 else RUNC_VERSION
     print(f"wrote {args.out}: run.c v{version} {args.dtype}, {c.describe()}")

@@ -2815,7 +2815,8 @@ static int cli_tokenize_check(const char *model, const char *tok, int bos, const
         return 0;
     }
     CliResult r;
-    cli(&r, model, "-z", tok, "-m", "tokenize", "-i", text, NULL);
+    if (tok) cli(&r, model, "-z", tok, "-m", "tokenize", "-i", text, NULL);
+    else cli(&r, model, "-m", "tokenize", "-i", text, NULL); // the model file's own tokenizer
     int parsed = parse_ints(r.out.data, r.out.len, &printed, &n_printed) == 0;
     int first = bos >= 0; // where the reference ids start
     int same = parsed && n_printed == n_ids + first && (!first || printed[0] == bos) &&
@@ -2887,9 +2888,44 @@ static void test_cli_tokenize(void) {
     names_free(&files);
 }
 
+// "./run MODEL -m logits -f CASE/ids.txt -o FILE" against the case's kept
+// rows: the worst max |ours - ref| / max |ref| and the bytes printed on
+// stdout. 0 ok; -1 with problem filled.
+static int cli_logits_error(const char *model, const char *case_dir, int vocab, double *worst, size_t *stdout_len,
+                            char *problem, size_t size) {
+    char ids_path[PATH_SIZE], status[64], err[256];
+    LogitsCase c;
+    *worst = INFINITY;
+    if (load_logits_case(case_dir, vocab, &c, problem, size) != 0) return -1;
+    format_text(ids_path, sizeof ids_path, "%s/ids.txt", case_dir);
+    remove("build/tmp/cli-logits.f32");
+    CliResult r;
+    cli(&r, model, "-m", "logits", "-f", ids_path, "-o", "build/tmp/cli-logits.f32", NULL);
+    float *ours = NULL;
+    size_t n_ours = 0;
+    int err_status = 0;
+    if (r.status != 0 || load_floats("build/tmp/cli-logits.f32", &ours, &n_ours) != 0 ||
+        n_ours != (size_t)c.n_ids * vocab) {
+        err_status = set_problem(problem, size, "%s, stderr %s, output holds %zu floats, want %d rows of %d",
+                                 status_text(r.status, status, sizeof status),
+                                 quoted(r.err.data, r.err.len, err, sizeof err), n_ours, c.n_ids, vocab);
+    } else {
+        *worst = 0;
+        for (int i = 0; i < c.n_rows; i++) {
+            double e = row_error(ours + (size_t)c.rows[i] * vocab, c.logits + (size_t)i * vocab, vocab);
+            if (!(e <= *worst)) *worst = e;
+        }
+        *stdout_len = r.out.len;
+    }
+    free(ours);
+    cli_free(&r);
+    logits_case_free(&c);
+    return err_status;
+}
+
 // "-m logits" on the reference case with the fewest ids.
 static void test_cli_logits(void) {
-    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], problem[512] = "", status[64];
+    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], problem[512] = "";
     shared_path(dir, "reference/logits");
     NameList cases;
     list_names(dir, NULL, 1, &cases);
@@ -2908,7 +2944,6 @@ static void test_cli_logits(void) {
     format_text(path, sizeof path, "%s/model.txt", case_dir);
     Bytes description;
     Transformer t;
-    LogitsCase c = {0};
     if (load_file(path, &description) != 0 || resolve_model(description.data, model, problem, sizeof problem) != 0) {
         report(name, 0, "cannot resolve the model: %s", problem);
     } else if (transformer_open(&t, model) != 0) {
@@ -2916,33 +2951,14 @@ static void test_cli_logits(void) {
     } else {
         int vocab = t.config.vocab_size;
         transformer_close(&t);
-        char ids_path[PATH_SIZE];
-        format_text(ids_path, sizeof ids_path, "%s/ids.txt", case_dir);
-        remove("build/tmp/cli-logits.f32");
-        CliResult r;
-        cli(&r, model, "-m", "logits", "-f", ids_path, "-o", "build/tmp/cli-logits.f32", NULL);
-        float *ours = NULL;
-        size_t n_ours = 0;
-        if (load_logits_case(case_dir, vocab, &c, problem, sizeof problem) != 0) {
+        double worst;
+        size_t printed = 0;
+        if (cli_logits_error(model, case_dir, vocab, &worst, &printed, problem, sizeof problem) != 0)
             report(name, 0, "%s", problem);
-        } else if (r.status != 0 || load_floats("build/tmp/cli-logits.f32", &ours, &n_ours) != 0 ||
-                   n_ours != (size_t)c.n_ids * vocab) {
-            report(name, 0, "%s, output holds %zu floats, want %d rows of %d",
-                   status_text(r.status, status, sizeof status), n_ours, c.n_ids, vocab);
-        } else {
-            double worst = 0;
-            for (int i = 0; i < c.n_rows; i++) {
-                double e = row_error(ours + (size_t)c.rows[i] * vocab, c.logits + (size_t)i * vocab, vocab);
-                if (!(e <= worst)) worst = e;
-            }
-            report(name, worst <= 1e-4 && r.out.len == 0, "worst %.2e x max|ref|, %zu bytes on stdout", worst,
-                   r.out.len);
-        }
-        free(ours);
-        cli_free(&r);
+        else
+            report(name, worst <= 1e-4 && printed == 0, "worst %.2e x max|ref|, %zu bytes on stdout", worst, printed);
     }
     bytes_free(&description);
-    logits_case_free(&c);
     names_free(&cases);
 }
 
@@ -4348,39 +4364,47 @@ static void test_gguf_logits(const char *dir_relative) {
     names_free(&cases);
 }
 
-// Every case of one llama2_* file through "./run MODEL -z VOCAB.gguf -m
-// tokenize -i TEXT": one line, BOS, then the reference ids.
-static void test_gguf_vocab_cli(const CliFiles *f, const char *dir, const char *inp_name, const char *vocab) {
-    char name[256], inp[PATH_SIZE], out[PATH_SIZE], detail[DETAIL_SIZE] = "", first_bad[DETAIL_SIZE] = "";
-    format_text(name, sizeof name, "cli: -z ggml-vocab-llama-spm.gguf -m tokenize, every case of %s", inp_name);
-    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
-    format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
+// Every stride-th case of an .inp file (the ids in the .out beside it)
+// through cli_tokenize_check: each prints one line, BOS, then its ids.
+static void cli_tokenize_cases(const char *name, const char *model, const char *tok, int bos, const char *inp,
+                               int stride) {
+    char out[PATH_SIZE], detail[DETAIL_SIZE] = "", first_bad[DETAIL_SIZE] = "";
+    format_text(out, sizeof out, "%.*s.out", (int)strlen(inp) - 4, inp);
     Pieces cases, lines;
-    Tokenizer tk;
     if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
     if (load_lines(out, &lines) != 0 || lines.n != cases.n) {
         report(name, 0, "cannot read %s, or its lines are not the cases of %s", out, inp);
         pieces_free(&cases);
         return;
     }
-    if (tokenizer_open(&tk, vocab, vocab_for("llama2_")->vocab_size) != 0) {
-        report(name, 0, "%s", error_message);
-    } else {
-        int matched = 0;
-        for (int c = 0; c < cases.n; c++) {
-            char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
-            int ok = cli_tokenize_check(f->s15m, vocab, tk.bos_id, text, lines.file.data + lines.start[c],
-                                        lines.len[c], detail, sizeof detail);
-            matched += ok;
-            if (!ok && !first_bad[0]) format_text(first_bad, sizeof first_bad, "; first mismatch: case %d %s", c + 1,
-                                                  detail);
-            free(text);
-        }
-        report(name, matched == cases.n && cases.n > 0, "%d/%d cases%s", matched, cases.n, first_bad);
-        tokenizer_close(&tk);
+    int matched = 0, tried = 0;
+    for (int c = 0; c < cases.n; c += stride) {
+        char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
+        int ok = cli_tokenize_check(model, tok, bos, text, lines.file.data + lines.start[c], lines.len[c], detail,
+                                    sizeof detail);
+        matched += ok;
+        tried++;
+        if (!ok && !first_bad[0]) format_text(first_bad, sizeof first_bad, "; first mismatch: case %d %s", c + 1, detail);
+        free(text);
     }
+    report(name, matched == tried && tried > 0, "%d/%d cases%s", matched, tried, first_bad);
     pieces_free(&cases);
     pieces_free(&lines);
+}
+
+// Every case of one llama2_* file through "./run MODEL -z VOCAB.gguf -m
+// tokenize -i TEXT": one line, BOS, then the reference ids.
+static void test_gguf_vocab_cli(const CliFiles *f, const char *dir, const char *inp_name, const char *vocab) {
+    char name[256], inp[PATH_SIZE];
+    format_text(name, sizeof name, "cli: -z ggml-vocab-llama-spm.gguf -m tokenize, every case of %s", inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    Tokenizer tk;
+    if (tokenizer_open(&tk, vocab, vocab_for("llama2_")->vocab_size) != 0) {
+        report(name, 0, "%s", error_message);
+        return;
+    }
+    cli_tokenize_cases(name, f->s15m, vocab, tk.bos_id, inp, 1);
+    tokenizer_close(&tk);
 }
 
 // The vocabulary-only GGUF file gives exactly the ids of every llama2_* case,
@@ -5919,10 +5943,59 @@ static int edit_model_type(const char *dir) {
     return replace_in_file(path, "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"");
 }
 
-static int edit_rope_scaling(const char *dir) {
-    char path[PATH_SIZE];
+// Puts a key first in config.json.
+static int edit_config(const char *dir, const char *entry) {
+    char path[PATH_SIZE], text[512];
     format_text(path, sizeof path, "%s/config.json", dir);
-    return replace_in_file(path, "{", "{\n  \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0},");
+    format_text(text, sizeof text, "{\n  %s,", entry);
+    return replace_in_file(path, "{", text);
+}
+
+static int edit_rope_scaling(const char *dir) {
+    return edit_config(dir, "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}");
+}
+
+static int edit_llama3_incomplete(const char *dir) {
+    return edit_config(dir, "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                            "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0}");
+}
+
+static int edit_mlp_bias(const char *dir) { return edit_config(dir, "\"mlp_bias\": true"); }
+
+static int edit_attention_bias(const char *dir) { return edit_config(dir, "\"attention_bias\": true"); }
+
+static int edit_sliding_window(const char *dir) { return edit_config(dir, "\"use_sliding_window\": true"); }
+
+// A byte-level tokenizer.json whose pre-tokenizer splits on whitespace only:
+// no model run.c knows tokenizes that way.
+static int edit_unknown_pre(const char *dir) {
+    static const char json[] =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []},\n"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+        "  {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+        "  {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": false}]},\n"
+        " \"decoder\": {\"type\": \"ByteLevel\"}}\n";
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/tokenizer.json", dir);
+    return save_file(path, json, strlen(json));
+}
+
+// Llama 3's 128256 tokens for a model of 512.
+static int edit_tokenizer_too_big(const char *dir) {
+    char path[PATH_SIZE], source[PATH_SIZE];
+    Bytes json;
+    shared_path(source, "models/llama3/tokenizer.json");
+    format_text(path, sizeof path, "%s/tokenizer.json", dir);
+    if (load_file(source, &json) != 0) return -1;
+    int err = save_file(path, json.data, json.len);
+    bytes_free(&json);
+    return err;
+}
+
+static int edit_qwen2_nan(const char *dir) {
+    char path[PATH_SIZE];
+    format_text(path, sizeof path, "%s/model.safetensors", dir);
+    return safetensors_poison(path, "model.norm.weight");
 }
 
 static int edit_missing_tensor(const char *dir) {
@@ -5939,9 +6012,11 @@ static int edit_nan(const char *dir) {
     return safetensors_poison(path, "model.layers.1.mlp.up_proj.weight");
 }
 
-// export.py refuses the edited directory twice: with no OUT (none may be
-// left, nor a temporary file), and over an existing OUT (left as it was).
-static void test_hf_refusal(const char *label, const char *tag, const char *v0_path, int (*edit)(const char *)) {
+// export.py refuses the edited directory (made by make_hf.py with up to
+// four flags) twice: with no OUT (none may be left, nor a temporary file),
+// and over an existing OUT (left as it was). Its one line says `says`.
+static void test_hf_refusal(const char *label, const char *tag, const char *v0_path, const char *const flags[4],
+                            int (*edit)(const char *), const char *says) {
     static const char precious[] = "an earlier export\n";
     char name[256], dir[PATH_SIZE], out_dir[PATH_SIZE], out[PATH_SIZE], status[64], status2[64], err[256], err2[256];
     format_text(name, sizeof name, "export.py --hf refuses %s: status 1, one line, no file left, an existing OUT "
@@ -5952,7 +6027,7 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     clear_dir(dir);
     clear_dir(out_dir);
     CliResult r, again;
-    python(&r, make_hf_py, v0_path, dir, NULL);
+    python(&r, make_hf_py, v0_path, dir, flags[0], flags[1], flags[2], flags[3], NULL);
     int made = r.status == 0;
     cli_free(&r);
     if (!made || edit(dir) != 0) { report(name, 0, "cannot make or edit the directory %s", dir); return; }
@@ -5964,8 +6039,8 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     load_file(out, &kept);
     int untouched = kept.len == strlen(precious) && memcmp(kept.data, precious, kept.len) == 0;
     int after = count_entries(out_dir);
-    report(name, r.status == 1 && count_lines(&r.err) == 1 && left == 0 && again.status == 1 &&
-           count_lines(&again.err) == 1 && untouched && after == 1,
+    report(name, r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, says) && left == 0 &&
+           again.status == 1 && count_lines(&again.err) == 1 && untouched && after == 1,
            "%s, stderr %s, %d files left; over an existing OUT: %s, stderr %s, OUT %s, %d files",
            status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err), left,
            status_text(again.status, status2, sizeof status2), quoted(again.err.data, again.err.len, err2, sizeof err2),
@@ -5996,6 +6071,281 @@ static void test_export_dtypes(const char *label, const char *v0_path) {
         cli_free(&p);
         cli_free(&c);
     }
+}
+
+/* export.py --hf to GGUF: Llama 3 and Qwen2 style directories built around
+   mkmodel weights, checked against the shared GGUF files llama.cpp wrote for
+   the same weights, against llama.cpp's logits and the tokenizer cases. */
+
+// A GGUF file in memory, indexed by run.c's reader.
+typedef struct {
+    Bytes file;
+    Gguf g;
+} GgufFile;
+
+static int gguf_file_open(GgufFile *f, const char *path, char *problem, size_t size) {
+    memset(f, 0, sizeof *f);
+    if (load_file(path, &f->file) != 0) return set_problem(problem, size, "cannot read %s", path);
+    if (gguf_parse(&f->g, (const unsigned char *)f->file.data, f->file.len, path) != 0) {
+        bytes_free(&f->file);
+        return set_problem(problem, size, "%s", error_message);
+    }
+    return 0;
+}
+
+static void gguf_file_close(GgufFile *f) {
+    if (f->file.data) gguf_free(&f->g);
+    bytes_free(&f->file);
+}
+
+// The bytes one metadata value takes in its file (0: malformed).
+static size_t gguf_value_bytes(const GgufFile *f, const GgufValue *v) {
+    Cursor c = {.p = v->value, .end = (const unsigned char *)f->file.data + f->file.len};
+    return skip_value(&c, v->type, 0) == 0 ? (size_t)(c.p - v->value) : 0;
+}
+
+static int in_list(const char *const list[], const char *s, size_t len) {
+    for (int i = 0; list[i]; i++)
+        if (strlen(list[i]) == len && memcmp(list[i], s, len) == 0) return 1;
+    return 0;
+}
+
+// Keys llama.cpp's converter writes that the shared files, written with
+// gguf-py directly, lack; export.py writes them too.
+static const char *const converter_keys[] = {
+    "general.quantization_version", "llama.vocab_size", "qwen2.vocab_size", "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.eot_token_id", NULL};
+
+// ours holds every key of ref but general.name with the same type and
+// value bytes, and every tensor of ref with the same dims, type and data;
+// its other keys are converter_keys and it has no other tensor. 0 if so;
+// -1 with problem naming the first difference.
+static int gguf_same_as(const GgufFile *ours, const GgufFile *ref, char *problem, size_t size) {
+    static const char *const ignored[] = {"general.name", NULL};
+    char key[256];
+    for (uint64_t i = 0; i < ref->g.n_values; i++) {
+        const GgufValue *r = &ref->g.values[i];
+        if (in_list(ignored, r->key, r->key_len)) continue;
+        format_text(key, sizeof key, "%.*s", (int)r->key_len, r->key);
+        const GgufValue *o = gguf_find(&ours->g, key);
+        size_t n = gguf_value_bytes(ref, r);
+        if (!o) return set_problem(problem, size, "key %s is missing", key);
+        if (o->type != r->type || gguf_value_bytes(ours, o) != n || memcmp(o->value, r->value, n) != 0)
+            return set_problem(problem, size, "key %s differs (type %u, want %u)", key, o->type, r->type);
+    }
+    for (uint64_t i = 0; i < ours->g.n_values; i++) {
+        const GgufValue *o = &ours->g.values[i];
+        format_text(key, sizeof key, "%.*s", (int)o->key_len, o->key);
+        if (!gguf_find(&ref->g, key) && !in_list(converter_keys, o->key, o->key_len))
+            return set_problem(problem, size, "unexpected key %s", key);
+    }
+    if (ours->g.n_tensors != ref->g.n_tensors)
+        return set_problem(problem, size, "%llu tensors, want %llu", (unsigned long long)ours->g.n_tensors,
+                           (unsigned long long)ref->g.n_tensors);
+    for (uint64_t i = 0; i < ref->g.n_tensors; i++) {
+        const GgufTensor *r = &ref->g.tensors[i];
+        format_text(key, sizeof key, "%.*s", (int)r->name_len, r->name);
+        const GgufTensor *o = gguf_tensor(&ours->g, key);
+        if (!o) return set_problem(problem, size, "tensor %s is missing", key);
+        if (o->n_dims != r->n_dims || memcmp(o->dims, r->dims, sizeof o->dims) != 0 || o->type != r->type)
+            return set_problem(problem, size, "tensor %s: dims or type differ (type %u, want %u)", key, o->type,
+                               r->type);
+        if (o->size != r->size || memcmp(ours->g.data + o->offset, ref->g.data + r->offset, (size_t)r->size) != 0)
+            return set_problem(problem, size, "tensor %s: data differ", key);
+    }
+    return 0;
+}
+
+// Llama 3.1's RoPE scaling factor of frequency i, from its definition (Meta's
+// apply_scaling), in double precision: a frequency whose wavelength 2 pi / f
+// is below original / high keeps 1; above original / low gets `factor`;
+// between, 1 / ((1 - s) / factor + s), s = (original / wavelength - low) /
+// (high - low).
+static double llama3_rope_factor(double theta, int head_size, int i, double factor, double low, double high,
+                                 double original) {
+    double wavelength = 2 * M_PI / pow(theta, -2.0 * i / head_size);
+    if (wavelength < original / high) return 1;
+    if (wavelength > original / low) return factor;
+    double s = (original / wavelength - low) / (high - low);
+    return 1 / ((1 - s) / factor + s);
+}
+
+// The rope_freqs.weight export.py wrote, against the factors worked out here.
+static void test_rope_freqs(const char *label, const GgufFile *f, double theta, int head_size) {
+    char name[256];
+    format_text(name, sizeof name, "export.py --hf: %s: rope_freqs.weight == Llama 3.1's factors worked out here "
+                "(factor 32, low 1, high 4, original 8192)", label);
+    const GgufTensor *t = gguf_tensor(&f->g, "rope_freqs.weight");
+    if (!t || t->type != TYPE_F32 || t->n_dims != 1 || t->dims[0] != (uint64_t)head_size / 2) {
+        report(name, 0, "no F32 rope_freqs.weight of %d values", head_size / 2);
+        return;
+    }
+    double worst = 0;
+    int in_between = 0;
+    for (int i = 0; i < head_size / 2; i++) {
+        double want = llama3_rope_factor(theta, head_size, i, 32, 1, 4, 8192);
+        double got = read_f32(f->g.data + t->offset + 4 * (size_t)i);
+        in_between += want > 1 && want < 32;
+        if (fabs(got - want) / want > worst) worst = fabs(got - want) / want;
+    }
+    report(name, worst <= 1e-6, "%d values (%d interpolated), worst relative error %.1e", head_size / 2, in_between,
+           worst);
+}
+
+// One Hugging Face directory made by make_hf.py around mkmodel weights.
+typedef struct {
+    const char *label, *style;
+    const char *mkmodel[10];  // mkmodel's arguments
+    const char *flags[14];    // make_hf.py's; "SHARED/..." is a path in the shared directory
+    const char *dtype;
+    const char *same_as;      // the shared GGUF file llama.cpp wrote for these weights
+    const char *logits;       // its shared logits case
+    double tolerance;
+    const char *tokenizer;    // shared tokenizer cases of its vocabulary ("DIR/PREFIX"), or NULL
+} GgufExport;
+
+#define LLAMA3_SCALING "rope_scaling={\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, " \
+                       "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}"
+
+static const GgufExport gguf_exports[] = {
+    {"r256", "Llama 3.1 style (rope_scaling llama3, tok512 tokenizer.model)",
+     {"256", "768", "2", "4", "2", "512", "1024", "--seed", "51", NULL},
+     {"--set", "rope_theta=500000", "--set", LLAMA3_SCALING, "--copy",
+      "SHARED/models/stories260K/tok512.model:tokenizer.model", NULL},
+     "f32", "models/gguf/r256.f32.gguf", "reference/llama3_family/logits/r256_rope_freqs", 1e-4, NULL},
+    {"q256", "Qwen2 (q/k/v biases, tok512 tokenizer.model)",
+     {"256", "768", "2", "4", "2", "512", "1024", "--seed", "55", NULL},
+     {"--arch", "qwen2", "--biases-from", "SHARED/models/gguf/q256.f32.gguf", "--set", "rope_theta=1000000", "--set",
+      "rms_norm_eps=1e-6", "--copy", "SHARED/models/stories260K/tok512.model:tokenizer.model", NULL},
+     "f32", "models/gguf/q256.f32.gguf", "reference/llama3_family/logits/q256_qwen2", 1e-4, NULL},
+    {"l3tiny", "Llama 3.1 (Meta's tokenizer.json and tokenizer_config.json, rope_scaling llama3)",
+     {"64", "192", "2", "4", "2", "128256", "512", "--seed", "41", NULL},
+     {"--set", "rope_theta=500000", "--set", LLAMA3_SCALING, "--set", "bos_token_id=128000", "--set",
+      "eos_token_id=[128001, 128008, 128009]", "--copy", "SHARED/models/llama3/tokenizer.json", "--copy",
+      "SHARED/models/llama3/tokenizer_config.json", NULL},
+     "q8_0", "models/gguf/l3tiny.q8_0.gguf", "reference/llama3_family/logits/l3tiny_q8_0_chat", 3e-2,
+     "reference/llama3_family/tokenizer/llama3_"},
+    {"qwtiny", "Qwen2.5 style (byte-level tokenizer.json with Qwen2's pre-tokenizer and NFC, ChatML, no BOS)",
+     {"64", "192", "2", "4", "2", "151669", "512", "--seed", "43", NULL},
+     {"--arch", "qwen2", "--biases-from", "SHARED/models/gguf/qwtiny.q8_0.gguf", "--tokenizer-from",
+      "SHARED/models/gguf/qwtiny.q8_0.gguf", "--set", "rope_theta=1000000", "--set", "rms_norm_eps=1e-6", "--set",
+      "bos_token_id=null", NULL},
+     "q8_0", "models/gguf/qwtiny.q8_0.gguf", "reference/llama3_family/logits/qwtiny_q8_0_chat", 3e-2,
+     "reference/llama3_family/tokenizer/qwen2_"},
+};
+
+// make_hf.py's arguments for e (shared paths resolved), NULL-terminated.
+static void gguf_export_flags(const GgufExport *e, char paths[][PATH_SIZE], const char *flags[]) {
+    int n = 0;
+    for (; e->flags[n]; n++) {
+        flags[n] = e->flags[n];
+        if (strncmp(e->flags[n], "SHARED/", 7) == 0) {
+            shared_path(paths[n], e->flags[n] + 7);
+            flags[n] = paths[n];
+        }
+    }
+    for (; n < 14; n++) flags[n] = NULL;
+}
+
+static void test_gguf_export(const GgufExport *e) {
+    char name[256], v0[PATH_SIZE], dir[PATH_SIZE], out[PATH_SIZE], ref_path[PATH_SIZE], status[64], err[256];
+    char problem[512] = "", paths[14][PATH_SIZE], model_name[64];
+    const char *flags[14];
+    format_text(name, sizeof name, "export.py --hf: %s %s -> GGUF: every key and tensor of %s (llama.cpp's file "
+                "for these weights) but general.name", e->label, e->style, e->same_as);
+    format_text(model_name, sizeof model_name, "hf-gguf-%s", e->label);
+    format_text(dir, sizeof dir, "build/export/hf-%s", e->label);
+    format_text(out, sizeof out, "build/export/%s.gguf", e->label);
+    shared_path(ref_path, e->same_as);
+    gguf_export_flags(e, paths, flags);
+    clear_dir(dir);
+    remove(out);
+    CliResult r;
+    if (make_model(model_name, e->mkmodel, v0) != 0) { report(name, 0, "mkmodel failed"); return; }
+    python(&r, make_hf_py, v0, dir, flags[0], flags[1], flags[2], flags[3], flags[4], flags[5], flags[6], flags[7],
+           flags[8], flags[9], flags[10], flags[11], flags[12], flags[13], NULL);
+    int made = r.status == 0;
+    cli_free(&r);
+    if (!made) { report(name, 0, "make_hf.py failed"); return; }
+    python(&r, export_py, out, "--hf", dir, "--dtype", e->dtype, NULL);
+    GgufFile ours, ref;
+    if (r.status != 0) {
+        report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+        return;
+    }
+    cli_free(&r);
+    if (gguf_file_open(&ours, out, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    if (gguf_file_open(&ref, ref_path, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        gguf_file_close(&ours);
+        return;
+    }
+    report(name, gguf_same_as(&ours, &ref, problem, sizeof problem) == 0, "%s",
+           problem[0] ? problem : "same keys, values and tensors");
+    int64_t head_size = 0, vocab = 0, bos = -1, add_bos = 0;
+    float theta = 0;
+    gguf_int(&ours.g, "llama.rope.dimension_count", 0, &head_size);
+    gguf_float(&ours.g, "llama.rope.freq_base", 0, &theta);
+    gguf_int(&ours.g, "tokenizer.ggml.bos_token_id", -1, &bos);
+    gguf_int(&ours.g, "tokenizer.ggml.add_bos_token", 0, &add_bos);
+    if (!add_bos) bos = -1; // -m tokenize prints BOS only when the model adds one
+    const GgufTensor *emb = gguf_tensor(&ours.g, "token_embd.weight");
+    vocab = emb ? (int64_t)emb->dims[1] : 0;
+    if (gguf_tensor(&ref.g, "rope_freqs.weight")) test_rope_freqs(e->label, &ours, theta, (int)head_size);
+    gguf_file_close(&ours);
+    gguf_file_close(&ref);
+
+    char case_dir[PATH_SIZE];
+    double worst;
+    size_t printed = 0;
+    shared_path(case_dir, e->logits);
+    format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m logits == llama.cpp's %s within %.0e",
+                e->label, strrchr(e->logits, '/') + 1, e->tolerance);
+    if (cli_logits_error(out, case_dir, (int)vocab, &worst, &printed, problem, sizeof problem) != 0)
+        report(name, 0, "%s", problem);
+    else
+        report(name, worst <= e->tolerance, "worst %.2e x max|ref|", worst);
+
+    if (!e->tokenizer) return;
+    // A sample (each case is a process loading the whole vocabulary): the
+    // tokenizer tests of the shared files run every case, and the exports
+    // hold the same tokenizer key for key (above); this shows it travels.
+    static const struct { const char *file; int stride; } files[] = {{"llamacpp", 3}, {"prose", 20}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char inp[PATH_SIZE], relative[PATH_SIZE];
+        format_text(relative, sizeof relative, "%s%s.inp", e->tokenizer, files[i].file);
+        shared_path(inp, relative);
+        format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m tokenize (no -z), every %s case of %s",
+                    e->label, files[i].stride == 3 ? "3rd" : "20th", strrchr(relative, '/') + 1);
+        cli_tokenize_cases(name, out, NULL, (int)bos, inp, files[i].stride);
+    }
+}
+
+// --gguf on a plain Llama directory with a SentencePiece tokenizer: one file
+// that today's reader runs with no -z; the logits are the v0 file's bit for
+// bit and the tokenizer is tok512's.
+static void test_gguf_option(const char *v0_path) {
+    char name[256], tok[PATH_SIZE], copy[PATH_SIZE + 32], inp[PATH_SIZE], status[64], err[256];
+    const char *dir = "build/export/hf-gguf-option", *out = "build/export/gguf-option.gguf";
+    format_text(name, sizeof name, "export.py --hf DIR --gguf: a plain Llama with tokenizer.model -> GGUF: logits == "
+                "the v0 file's bit for bit");
+    shared_path(tok, "models/stories260K/tok512.model");
+    format_text(copy, sizeof copy, "%s:tokenizer.model", tok);
+    clear_dir(dir);
+    remove(out);
+    CliResult r;
+    python(&r, make_hf_py, v0_path, dir, "--copy", copy, NULL);
+    cli_free(&r);
+    python(&r, export_py, out, "--hf", dir, "--gguf", NULL);
+    if (r.status != 0) report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
+                              quoted(r.err.data, r.err.len, err, sizeof err));
+    else expect_same_logits(name, out, v0_path, 0);
+    cli_free(&r);
+    shared_path(inp, "reference/tokenizer/tok512_prose.inp");
+    cli_tokenize_cases("export.py --hf DIR --gguf: ./run OUT -m tokenize (no -z), every 20th case of tok512_prose",
+                       out, NULL, 1, inp, 20);
 }
 
 static void export_tests(void) {
@@ -6055,10 +6405,33 @@ static void export_tests(void) {
     expect_same_file("export.py --llama2c stories260K.bin == README's layout (the tests' v1 writer) byte for byte",
                      "build/export/stories260K-llama2c.bin", "build/export/stories260K-ours.v1.bin", NULL);
 
-    test_hf_refusal("model_type \"mistral\"", "mistral", mqa, edit_model_type);
-    test_hf_refusal("rope_scaling (linear)", "rope-scaling", mqa, edit_rope_scaling);
-    test_hf_refusal("a missing tensor", "missing-tensor", mqa, edit_missing_tensor);
-    test_hf_refusal("a NaN in the last tensor written", "nan", mqa, edit_nan);
+    static const char *const plain[4] = {NULL};
+    char tok512[PATH_SIZE], tok512_copy[PATH_SIZE + 32];
+    shared_path(tok512, "models/stories260K/tok512.model");
+    format_text(tok512_copy, sizeof tok512_copy, "%s:tokenizer.model", tok512);
+    const char *const with_tokenizer[4] = {"--copy", tok512_copy, NULL};
+    const char *const qwen2[4] = {"--arch", "qwen2", "--copy", tok512_copy};
+    test_hf_refusal("model_type \"mistral\"", "mistral", mqa, plain, edit_model_type, "model_type is 'mistral'");
+    test_hf_refusal("rope_scaling of type dynamic", "rope-scaling", mqa, with_tokenizer, edit_rope_scaling,
+                    "type 'dynamic' is not supported");
+    test_hf_refusal("rope_scaling llama3 without original_max_position_embeddings", "llama3-incomplete", mqa,
+                    with_tokenizer, edit_llama3_incomplete, "has no original_max_position_embeddings");
+    test_hf_refusal("mlp_bias", "mlp-bias", mqa, plain, edit_mlp_bias, "mlp_bias");
+    test_hf_refusal("attention_bias without bias tensors", "attention-bias", mqa, plain, edit_attention_bias,
+                    "_proj.bias is missing");
+    test_hf_refusal("use_sliding_window (Qwen2)", "sliding-window", mqa, qwen2, edit_sliding_window,
+                    "use_sliding_window");
+    test_hf_refusal("an unknown byte-level pre-tokenizer", "unknown-pre", mqa, plain, edit_unknown_pre,
+                    "is not one run.c knows");
+    test_hf_refusal("a tokenizer larger than the embedding", "tokenizer-too-big", mqa, plain, edit_tokenizer_too_big,
+                    "more than the model's vocab_size 512");
+    test_hf_refusal("a missing tensor", "missing-tensor", mqa, plain, edit_missing_tensor, "is missing");
+    test_hf_refusal("a NaN in the last tensor written", "nan", mqa, plain, edit_nan, "NaN");
+    test_hf_refusal("a NaN in the last tensor of a GGUF export (Qwen2)", "qwen2-nan", mqa, qwen2, edit_qwen2_nan,
+                    "NaN");
+
+    test_gguf_option(mqa);
+    for (size_t i = 0; i < sizeof gguf_exports / sizeof gguf_exports[0]; i++) test_gguf_export(&gguf_exports[i]);
 }
 
 /* ============================================================================
