@@ -6623,8 +6623,11 @@ static const uint32_t unicode_space_ranges[][2] = {
     {0x02000, 0x0200A}, {0x02028, 0x02029}, {0x0202F, 0x0202F}, {0x0205F, 0x0205F}, {0x03000, 0x03000},
 };
 
+/* END OF UNICODE TABLES: hand-written code follows */
+
+// 1 if c is in one of the n sorted ranges r (binary search).
 static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
-    size_t lo = 0, hi = n; // binary search for the range holding c
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (c < r[mid][0]) hi = mid;

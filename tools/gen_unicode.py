@@ -26,6 +26,7 @@ if UPDATE:
     ARGS.pop(0)
 UCD = ARGS[0] if ARGS else "/usr/share/unicode"
 BANNER = "/* " + "=" * 76 + "\n   UNICODE TABLES"
+END = "/* END OF UNICODE TABLES: hand-written code follows */"
 SPACE_CONTROLS = list(range(0x09, 0x0E)) + [0x85]
 
 
@@ -122,27 +123,7 @@ def section():
     print()
     for name, rs in tables:
         print_table(name, rs)
-    print("""static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
-    size_t lo = 0, hi = n; // binary search for the range holding c
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c < r[mid][0]) hi = mid;
-        else if (c > r[mid][1]) lo = mid + 1;
-        else return 1;
-    }
-    return 0;
-}
-
-// CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE or CHAR_OTHER (the tokenizer's classes).
-static int unicode_class(uint32_t c) {
-    if (in_ranges(unicode_letter_ranges, sizeof unicode_letter_ranges / sizeof *unicode_letter_ranges, c))
-        return CHAR_LETTER;
-    if (in_ranges(unicode_number_ranges, sizeof unicode_number_ranges / sizeof *unicode_number_ranges, c))
-        return CHAR_NUMBER;
-    if (in_ranges(unicode_space_ranges, sizeof unicode_space_ranges / sizeof *unicode_space_ranges, c))
-        return CHAR_SPACE;
-    return CHAR_OTHER;
-}""")
+    print(END)
 
 
 
@@ -157,11 +138,11 @@ def main():
         section()
     with open(UPDATE, encoding="utf-8") as f:
         source = f.read()
-    at = source.find(BANNER)
-    if at < 0:
-        sys.exit("gen_unicode.py: %s has no UNICODE TABLES section" % UPDATE)
+    at, end = source.find(BANNER), source.find(END)
+    if at < 0 or end < at:
+        sys.exit("gen_unicode.py: %s has no UNICODE TABLES section ending with its END line" % UPDATE)
     with open(UPDATE, "w", encoding="utf-8") as f:
-        f.write(source[:at] + text.getvalue())
+        f.write(source[:at] + text.getvalue() + source[end + len(END) + 1:])
 
 
 main()
