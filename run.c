@@ -2,21 +2,23 @@
 
    It memory-maps a checkpoint (llama2.c "version 0", this project's own
    versioned format, or GGUF), encodes text with a SentencePiece-exact BPE
-   tokenizer, runs the transformer forward pass over a key/value cache
-   (prompts in blocks of positions, generation one position at a time), and
-   samples the next token.
+   tokenizer or a byte-level BPE one (Llama 3, Qwen 2), runs the transformer
+   forward pass over a key/value cache (prompts in blocks of positions,
+   generation one position at a time), and samples the next token.
 
    Reading order. Part 1, the engine, is a complete plain-C inference engine
    to be read in one sitting:
      structs; the math (rmsnorm, softmax, RoPE, the plain matrix product);
-     forward and forward_batch; the tokenizer; the sampler; text output;
-     the loops (generate, tokenize, logits, chat).
+     forward and forward_batch; the tokenizers (SentencePiece, byte-level
+     BPE); the sampler; text output; the loops (generate, tokenize, logits,
+     chat in the model's own template).
    Part 2, the engine room, makes it fast and lets it read real files:
      capabilities (which SIMD this build has); number formats; weight types
      (one table, their blocks and kernels); float SIMD kernels; packed
      integer kernels; the matrix-product dispatch; file formats (llama2.c
      v0, RUNC, GGUF, tokenizer files) and loading; quantize; bench; the
-     command line and main.
+     command line and main. Last, the Unicode tables the byte-level
+     pre-tokenizers use (generated data, tools/gen_unicode.py).
 
    Build: make            (optimized for this machine, OpenMP if available)
           make portable   (runs on any x86-64 / ARM64 machine) */
