@@ -4690,9 +4690,10 @@ static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
     t->w1 = walk_part(w, c, 4, c->hidden_dim, c->dim);
     t->w2 = walk_part(w, c, 5, c->dim, c->hidden_dim);
     t->w3 = walk_part(w, c, 6, c->hidden_dim, c->dim);
-    int wcls_type = runc_type(w->types, 1 + 7 * c->n_layers, c);
+    // A shared classifier has no entry in the table: read the type only when unshared.
     t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
+                                   : walk_tensor(w, (uint64_t)c->vocab_size *
+                                                        type_row_bytes(runc_type(w->types, 1 + 7 * c->n_layers, c), c->dim));
     return w->offset;
 }
 
