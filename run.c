@@ -2161,8 +2161,9 @@ static uint64_t read_u64(const unsigned char *p) {
                               reference code does (-m quantize, activations)
      dot_plain, dot           dot(row, x) with x in act_type: the plain twin
                               and the fast kernel (SIMD where this build has it)
-     packed_bytes             bytes of one block of 16 rows in the packed
-                              layout of the integer kernels; 0: never packed
+     packed_bytes             bytes of quants of one block of 16 rows in the
+                              packed layout of the integer kernels; 0: never packed
+     packed_meta_bytes        bytes of those 16 rows' scales (and mins) in it
    Everything that asks "what kind of weight is this" asks the table: adding
    a type is one row plus its kernels.
 
@@ -2179,6 +2180,7 @@ typedef struct {
     float (*dot_plain)(const void *row, const void *x, int n);
     float (*dot)(const void *row, const void *x, int n);
     size_t packed_bytes;
+    size_t packed_meta_bytes;
 } TypeTraits;
 
 // Q8_0: 32 values, value k = d * qs[k].
@@ -3698,10 +3700,10 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot_plain = dot_bf16_row_plain, .dot = dot_bf16_row_plain},
     [TYPE_Q8_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ8_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q8_0, .quantize = quantize_q8_0, .dot_plain = dot_q8_0_plain,
-                   .dot = dot_q8_0, .packed_bytes = 16 * QK},
+                   .dot = dot_q8_0, .packed_bytes = 16 * QK, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
-                   .dot = dot_q4_0, .packed_bytes = 16 * QK / 2},
+                   .dot = dot_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
                    .dot = dot_q4_1_plain},
@@ -3719,13 +3721,13 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q3_k_plain},
     [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
-                   .dot = dot_q4_k},
+                   .dot = dot_q4_k, .packed_bytes = 16 * QK_K / 2, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
     [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
                    .dot = dot_q5_k_plain},
     [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
-                   .dot = dot_q6_k},
+                   .dot = dot_q6_k, .packed_bytes = 16 * QK_K * 3 / 4, .packed_meta_bytes = 16 * (2 + 16)},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
                      .dot = dot_iq4_nl},
@@ -4179,18 +4181,36 @@ struct ActBlock {
 #define GROUP_ROWS 16
 
 static int row_groups(const Matrix *m) { return (m->rows + GROUP_ROWS - 1) / GROUP_ROWS; }
-static int col_blocks(const Matrix *m) { return (m->cols + QK - 1) / QK; }
+
+// Blocks of the type's block_size (32 or 256) per row, the last one padded.
+static int col_blocks(const Matrix *m) {
+    int block = type_traits[m->type].block_size;
+    return (m->cols + block - 1) / block;
+}
 
 static size_t packed_size(const Matrix *m) {
-    return (size_t)row_groups(m) * col_blocks(m) * (type_traits[m->type].packed_bytes + GROUP_ROWS * sizeof(uint16_t));
+    const TypeTraits *tt = &type_traits[m->type];
+    return (size_t)row_groups(m) * col_blocks(m) * (tt->packed_bytes + tt->packed_meta_bytes);
 }
 
-static const uint16_t *packed_scales(const Matrix *m) {
-    return (const uint16_t *)(m->packed + (size_t)row_groups(m) * col_blocks(m) * type_traits[m->type].packed_bytes);
+// Block gb = g * col_blocks + b: its quants, and its 16 rows' scales (all
+// quants come first, then all scales).
+static const unsigned char *packed_quants(const Matrix *m, size_t gb) {
+    return m->packed + gb * type_traits[m->type].packed_bytes;
 }
+static const unsigned char *packed_meta(const Matrix *m, size_t gb) {
+    const TypeTraits *tt = &type_traits[m->type];
+    return m->packed + (size_t)row_groups(m) * col_blocks(m) * tt->packed_bytes + gb * tt->packed_meta_bytes;
+}
+
+// Q8_0/Q4_0: the scales, 16 fp16 values per block, one per row.
+static const uint16_t *packed_scales(const Matrix *m) { return (const uint16_t *)packed_meta(m, 0); }
+
+static void pack_matrix_k(unsigned char *dst, const Matrix *m);
 
 // dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
 static void pack_matrix(unsigned char *dst, const Matrix *m) {
+    if (m->type == TYPE_Q4_K || m->type == TYPE_Q6_K) { pack_matrix_k(dst, m); return; }
     int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
     size_t row_bytes = type_row_bytes(m->type, m->cols), quant_bytes = type_traits[m->type].packed_bytes;
     uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
@@ -4258,7 +4278,7 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
-        const unsigned char *quants = m->packed + gb * type_traits[m->type].packed_bytes;
+        const unsigned char *quants = packed_quants(m, gb);
         for (int r = 0; r < GROUP_ROWS; r++) {
             int32_t sum = 0;
             for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
@@ -4316,7 +4336,7 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
         __m512i w[8], sum[PACKED_TOKENS];
-        load_group_block(w, m->packed + gb * type_traits[m->type].packed_bytes, m->type);
+        load_group_block(w, packed_quants(m, gb), m->type);
         #pragma GCC unroll 8
         for (int t = 0; t < PACKED_TOKENS; t++) sum[t] = _mm512_setzero_si512();
         #pragma GCC unroll 8
@@ -4349,7 +4369,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
         for (int b = 0; b < n_blocks; b++) {
             size_t gb = (size_t)g * n_blocks + b;
             __m512i w[8];
-            load_group_block(w, m->packed + gb * type_traits[m->type].packed_bytes, m->type);
+            load_group_block(w, packed_quants(m, gb), m->type);
             sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + (size_t)t * n_blocks + b);
         }
         _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
@@ -4393,20 +4413,254 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
     quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
 }
 
+/* ----------------------------------------------------------------------------
+   Packed K-quants: Q4_K and Q6_K in the same scheme. The unit is a block
+   of 16 rows by one super-block of 256 columns, (g, b); chunk c (0..63) is
+   a row's values 4c..4c+3, row r's in bytes 4r..4r+3 of a 64-byte vector,
+   so one VNNI step multiplies a chunk of all 16 rows by four activations.
+   Activations are Q8_K rows, as llama.cpp quantizes them for these types.
+   Per (g, b):
+     Q4_K quants (2048 bytes) 32 vectors: vector v holds chunk 16 (v / 8) +
+            v % 8 in its low nibbles and chunk 16 (v / 8) + 8 + v % 8 in its
+            high ones, which is Q4_K's own byte order (qs bytes 4v..4v+3);
+          meta (320 bytes) d[16], dmin[16] (fp16), then sc[8][16] and
+            m[8][16], sub-block j's 6-bit scale and min of row r at [j][r]
+     Q6_K quants (3072 bytes) 32 vectors of q's low 4 bits, vector v holding
+            chunk v (low nibbles) and chunk v + 32 (high ones); then 16
+            vectors of its high 2 bits, vector u holding chunks u, u + 16,
+            u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7 (q stored as 0..63)
+          meta (288 bytes) d[16] (fp16), then sc[16][16] (int8)
+   Per row and super-block the sums are exact integers: sumi = sum over
+   sub-blocks j of sc_j * (sum of q * x.q over j) (Q6_K: less 32 * x's sum
+   over j), and Q4_K's summ = sum of m_j * x's sum over j. Then
+   acc = fma(sumi, d * x.d, acc), and for Q4_K acc = fma(-summ, dmin * x.d,
+   acc): the same float operations in the plain twin and in every lane. */
+
+#define PACKED_K_OFFSET_HIGH (16 * QK_K / 2) // Q6_K: where the high 2 bits start
+
+// Row r of super-block (g, b) into the packed layout; block NULL: a
+// padding row (zeros, which add nothing).
+static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
+    if (type == TYPE_Q4_K) {
+        const BlockQ4_K *b = block;
+        static const uint8_t zeros[4] = {0};
+        uint16_t d = b ? b->d : 0, dmin = b ? b->dmin : 0;
+        memcpy(meta + 2 * r, &d, 2);
+        memcpy(meta + 32 + 2 * r, &dmin, 2);
+        for (int j = 0; j < 8; j++) {
+            int sc = 0, m = 0;
+            if (b) k4_scale_min(b->scales, j, &sc, &m);
+            meta[64 + 16 * j + r] = (uint8_t)sc;
+            meta[192 + 16 * j + r] = (uint8_t)m;
+        }
+        for (int v = 0; v < 32; v++) memcpy(quants + 64 * v + 4 * r, b ? b->qs + 4 * v : zeros, 4);
+        return;
+    }
+    const BlockQ6_K *b = block;
+    uint16_t d = b ? b->d : 0;
+    memcpy(meta + 2 * r, &d, 2);
+    for (int j = 0; j < 16; j++) meta[32 + 16 * j + r] = b ? (uint8_t)b->scales[j] : 0;
+    for (int c = 0; c < 64; c++) // chunks in order: the first write of each byte sets it
+        for (int i = 0; i < 4; i++) {
+            int q = b ? q6_k_quant(b, 4 * c + i) + 32 : 0;
+            uint8_t *low = quants + 64 * (c % 32) + 4 * r + i;
+            uint8_t *high = quants + PACKED_K_OFFSET_HIGH + 64 * (c % 16) + 4 * r + i;
+            *low = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*low | (q & 0xF) << 4);
+            *high = c < 16 ? (uint8_t)(q >> 4) : (uint8_t)(*high | (q >> 4) << (2 * (c / 16)));
+        }
+}
+
+static void pack_matrix_k(unsigned char *dst, const Matrix *m) {
+    const TypeTraits *tt = &type_traits[m->type];
+    int n_groups = row_groups(m), n_blocks = col_blocks(m);
+    size_t row_bytes = type_row_bytes(m->type, m->cols);
+    unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed_bytes;
+    int g;
+    #pragma omp parallel for private(g) schedule(static)
+    for (g = 0; g < n_groups; g++)
+        for (int b = 0; b < n_blocks; b++) {
+            size_t gb = (size_t)g * n_blocks + b;
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                int row = g * GROUP_ROWS + r;
+                const unsigned char *block = row < m->rows ? (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes : NULL;
+                pack_k_row(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
+            }
+        }
+}
+
+// Row r's q (Q4_K 0..15, Q6_K 0..63) of value k in a super-block's packed quants.
+static int packed_k_value(const unsigned char *quants, int r, int k, int type) {
+    int c = k / 4, i = k % 4;
+    if (type == TYPE_Q4_K) {
+        uint8_t byte = quants[64 * (8 * (c / 16) + c % 8) + 4 * r + i];
+        return c % 16 < 8 ? byte & 0xF : byte >> 4;
+    }
+    uint8_t low = quants[64 * (c % 32) + 4 * r + i], high = quants[PACKED_K_OFFSET_HIGH + 64 * (c % 16) + 4 * r + i];
+    return (c < 32 ? low & 0xF : low >> 4) | ((high >> (2 * (c / 16))) & 3) << 4;
+}
+
+// 16 rows of group g against one position x (Q8_K, col_blocks blocks): out[r].
+static void packed_k_position_plain(float *out, const Matrix *m, int g, const BlockQ8_K *x) {
+    int n_blocks = col_blocks(m), q4 = m->type == TYPE_Q4_K, n_subs = q4 ? 8 : 16, sub_len = QK_K / n_subs;
+    float acc[GROUP_ROWS] = {0};
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+        for (int r = 0; r < GROUP_ROWS; r++) {
+            int32_t sumi = 0, summ = 0;
+            for (int j = 0; j < n_subs; j++) {
+                int32_t isum = 0;
+                for (int k = j * sub_len; k < (j + 1) * sub_len; k++) isum += packed_k_value(quants, r, k, m->type) * x[b].qs[k];
+                if (q4) {
+                    sumi += meta[64 + 16 * j + r] * isum;
+                    summ += meta[192 + 16 * j + r] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+                } else {
+                    sumi += (int8_t)meta[32 + 16 * j + r] * (isum - 32 * x[b].bsums[j]);
+                }
+            }
+            uint16_t d, dmin;
+            memcpy(&d, meta + 2 * r, 2);
+            acc[r] = fmaf((float)sumi, f16_to_f32(d) * x[b].d, acc[r]);
+            if (q4) {
+                memcpy(&dmin, meta + 32 + 2 * r, 2);
+                acc[r] = fmaf(-(float)summ, f16_to_f32(dmin) * x[b].d, acc[r]);
+            }
+        }
+    }
+    memcpy(out, acc, sizeof acc);
+}
+
+// out[t * out_stride + r] for the n positions x[t * col_blocks ..] and rows
+// r < n_rows of group g.
+static void packed_k_group_plain(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n, int n_rows) {
+    for (int t = 0; t < n; t++) {
+        float sums[GROUP_ROWS];
+        packed_k_position_plain(sums, m, g, x + (size_t)t * col_blocks(m));
+        memcpy(out + (size_t)t * out_stride, sums, (size_t)n_rows * sizeof(float));
+    }
+}
+
+#if HAVE_AVX512_VNNI
+
+// Q4_K: sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
+// positions x[t * x_stride]. Sub-block j is the low (j even) or high
+// nibbles of vectors 8 (j / 2) .. 8 (j / 2) + 7.
+static inline void q4_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants, const unsigned char *meta,
+                             const BlockQ8_K *x, size_t x_stride, int n_t) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j++) {
+        __m512i w[8];
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m512i v = _mm512_loadu_si512(quants + 64 * (8 * (j / 2) + i));
+            w[i] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low);
+        }
+        __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + 64 + 16 * j)));
+        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + 192 + 16 * j)));
+        #pragma GCC unroll 8
+        for (int t = 0; t < n_t; t++) {
+            const BlockQ8_K *xt = x + (size_t)t * x_stride;
+            __m512i isum = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + 32 * j + 4 * i)));
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
+            summ[t] = _mm512_add_epi32(summ[t], _mm512_mullo_epi32(m, _mm512_set1_epi32(xt->bsums[2 * j] + xt->bsums[2 * j + 1])));
+        }
+    }
+}
+
+// Q6_K: sumi[t] of one super-block. Chunk c's q is its low 4 bits (vector
+// c % 32, the high nibble from c = 32 on) joined with bits 2 (c / 16) and
+// up of vector c % 16 of the high bits, moved to bits 4-5.
+static inline void q6_k_sums(__m512i *sumi, const unsigned char *quants, const unsigned char *meta,
+                             const BlockQ8_K *x, size_t x_stride, int n_t) {
+    const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(0x30);
+    for (int t = 0; t < n_t; t++) sumi[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 16; j++) { // sub-block j: chunks 4j .. 4j + 3
+        __m512i w[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            int c = 4 * j + i, shift = 2 * (c / 16);
+            __m512i lo = _mm512_loadu_si512(quants + 64 * (c % 32));
+            __m512i hi = _mm512_loadu_si512(quants + PACKED_K_OFFSET_HIGH + 64 * (c % 16));
+            if (c >= 32) lo = _mm512_srli_epi16(lo, 4);
+            hi = shift <= 4 ? _mm512_slli_epi16(hi, 4 - shift) : _mm512_srli_epi16(hi, shift - 4);
+            w[i] = _mm512_or_si512(_mm512_and_si512(lo, low), _mm512_and_si512(hi, high));
+        }
+        __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * j)));
+        #pragma GCC unroll 8
+        for (int t = 0; t < n_t; t++) {
+            const BlockQ8_K *xt = x + (size_t)t * x_stride;
+            __m512i isum = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + 16 * j + 4 * i)));
+            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(32 * xt->bsums[j]));
+            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
+        }
+    }
+}
+
+// n_t (1 or PACKED_TOKENS) positions x[t * col_blocks ..] against group
+// g's rows: out[t * out_stride + r] for r < n_rows. Inlined with n_t a
+// constant, so the per-position arrays live in registers.
+static inline void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n_t, int n_rows) {
+    int n_blocks = col_blocks(m), q4 = m->type == TYPE_Q4_K;
+    __m512 acc[PACKED_TOKENS];
+    for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < n_blocks; b++) {
+        size_t gb = (size_t)g * n_blocks + b;
+        const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+        __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
+        if (q4) q4_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t);
+        else {
+            q6_k_sums(sumi, quants, meta, x + b, (size_t)n_blocks, n_t);
+            for (int t = 0; t < n_t; t++) summ[t] = _mm512_setzero_si512(); // unused: Q6_K has no mins
+        }
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
+        __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32)));
+        for (int t = 0; t < n_t; t++) {
+            __m512 xd = _mm512_set1_ps(x[(size_t)t * n_blocks + b].d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(d, xd), acc[t]);
+            if (q4) acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dmin, xd), acc[t]);
+        }
+    }
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    for (int t = 0; t < n_t; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
+}
+
+// packed_k_group_plain's SIMD twin: a tile of PACKED_TOKENS positions, or
+// one position at a time.
+static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n, int n_rows) {
+    if (n == PACKED_TOKENS) { packed_k_tile(out, out_stride, m, g, x, PACKED_TOKENS, n_rows); return; }
+    for (int t = 0; t < n; t++)
+        packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows);
+}
+
+#endif
+
 // outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
-// of one type and width that share the input x; xq holds n * cols / QK
-// ActBlocks. One parallel region: the threads quantize the positions once,
+// of one type and width that share the input x, quantized into mm: as
+// ActBlocks (Q8_0, Q4_0) or Q8_K rows (the K-quants). One parallel region: the threads quantize the positions once,
 // then take the row groups of all the matrices in chunks as they finish
 // (on a shared machine two threads do not run equally fast), so each
 // weight is read once and no thread idles while work is left.
-static void matmul_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, ActBlock *xq) {
+static void matmul_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, MatmulScratch *mm) {
     int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), total = 0;
+    int k_quant = type_traits[type].act_type == TYPE_Q8_K; // Q4_K, Q6_K: x as Q8_K rows in mm->act
+    ActBlock *xq = mm->act_blocks;
+    BlockQ8_K *xk = (BlockQ8_K *)mm->act;
     for (int i = 0; i < count; i++) total += row_groups(ms[i]);
     #pragma omp parallel
     {
         int t, gi;
         #pragma omp for schedule(static)
-        for (t = 0; t < n; t++) quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type);
+        for (t = 0; t < n; t++) {
+            if (k_quant) quantize_padded(xk + (size_t)t * n_blocks, x + (size_t)t * cols, cols, TYPE_Q8_K);
+            else quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type);
+        }
         #pragma omp for schedule(dynamic, n >= PACKED_TOKENS ? 1 : 8) // about a microsecond of work a turn
         for (gi = 0; gi < total; gi++) {
             int i = 0, g = gi;
@@ -4417,9 +4671,11 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
                 float *o = outs[i] + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
                 int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
 #if HAVE_AVX512_VNNI
+                if (!use_plain_kernels && k_quant) { packed_k_group(o, (size_t)m->rows, m, g, xk + (size_t)t * n_blocks, n_t, n_rows); continue; }
                 if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
 #endif
-                packed_group_plain(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
+                if (k_quant) packed_k_group_plain(o, (size_t)m->rows, m, g, xk + (size_t)t * n_blocks, n_t, n_rows);
+                else packed_group_plain(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
             }
         }
     }
@@ -4477,10 +4733,10 @@ static void matmul_shared(float *const *outs, const Matrix *const *ms, int count
     }
     int together = 1;
     for (int i = 0; i < count; i++) together &= ms[i]->kernel == KERNEL_PACKED && ms[i]->type == ms[0]->type;
-    if (together) { matmul_packed(outs, ms, count, x, n, mm->act_blocks); return; }
+    if (together) { matmul_packed(outs, ms, count, x, n, mm); return; }
     for (int i = 0; i < count; i++) {
         const Matrix *m = ms[i];
-        if (m->kernel == KERNEL_PACKED) matmul_packed(&outs[i], &ms[i], 1, x, n, mm->act_blocks);
+        if (m->kernel == KERNEL_PACKED) matmul_packed(&outs[i], &ms[i], 1, x, n, mm);
         else if (m->kernel == KERNEL_F32 && n > 1 && !use_plain_kernels) matmat_f32(outs[i], x, n, m->data, m->rows, m->cols, mm->tiles);
         else matmul_rows(outs[i], x, n, m, mm);
     }

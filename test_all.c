@@ -1730,7 +1730,11 @@ static void test_exp_row(void) {
    kernels to the plain one bit for bit, for one position (generation) and
    for tiles of positions (prefill), with 1 and 2 threads. */
 
-// A random Q8_0/Q4_0 matrix (rows, cols), packed; free data and packed.
+// The types with a packed layout.
+static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q6_K};
+enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
+
+// A random matrix (rows, cols) of a packed type, packed; free data and packed.
 static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
     Matrix m = random_matrix(rng, type, rows, cols);
     unsigned char *packed = NULL;
@@ -1741,27 +1745,43 @@ static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
     return m;
 }
 
+// Value k of row r of block gb in the packed layout, dequantized with the
+// same float operations as the type's dequantize.
+static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
+    const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+    uint16_t d, dmin;
+    memcpy(&d, meta + 2 * r, 2);
+    switch (m->type) {
+    case TYPE_Q8_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 128);
+    case TYPE_Q4_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 8);
+    case TYPE_Q4_K:
+        memcpy(&dmin, meta + 32 + 2 * r, 2);
+        return f16_to_f32(d) * meta[64 + 16 * (k / 32) + r] * packed_k_value(quants, r, k, m->type) -
+               f16_to_f32(dmin) * meta[192 + 16 * (k / 32) + r];
+    default: // Q6_K
+        return f16_to_f32(d) * (int8_t)meta[32 + 16 * (k / 16) + r] * (packed_k_value(quants, r, k, m->type) - 32);
+    }
+}
+
 static void test_packed_layout(void) {
     uint64_t rng = 3;
-    int types[2] = {TYPE_Q8_0, TYPE_Q4_0}, checked = 0, bad = 0;
+    int checked = 0, bad = 0;
     char where[128] = "";
-    for (int ty = 0; ty < 2; ty++)
+    for (int ty = 0; ty < N_PACKED_TYPES; ty++)
         for (int a = 0; a < N_KERNEL_SIZES; a++)
             for (int b = 0; b < N_KERNEL_SIZES; b++) {
-                int rows = kernel_sizes[a], cols = kernel_sizes[b];
-                Matrix m = random_packed(&rng, types[ty], rows, cols);
-                float *row = malloc((size_t)cols * sizeof(float));
-                int n_blocks = (cols + QK - 1) / QK, n_groups = (rows + GROUP_ROWS - 1) / GROUP_ROWS;
+                int rows = kernel_sizes[a], cols = kernel_sizes[b], block = type_traits[packed_types[ty]].block_size;
+                Matrix m = random_packed(&rng, packed_types[ty], rows, cols);
+                int n_blocks = (cols + block - 1) / block, n_groups = (rows + GROUP_ROWS - 1) / GROUP_ROWS;
+                float *row = malloc((size_t)n_blocks * block * sizeof(float));
                 for (int g = 0; g < n_groups; g++)
                     for (int r = 0; r < GROUP_ROWS; r++) {
                         int i = g * GROUP_ROWS + r;
-                        if (i < rows) dequantize_row(row, &m, i);
-                        for (int j = 0; j < n_blocks * QK; j++, checked++) {
-                            size_t gb = (size_t)g * n_blocks + j / QK;
-                            float scale = f16_to_f32(packed_scales(&m)[gb * GROUP_ROWS + r]);
-                            int stored = packed_value(m.packed + gb * type_traits[m.type].packed_bytes, r, j % QK, m.type);
-                            float got = scale * (stored - (m.type == TYPE_Q8_0 ? 128 : 8));
-                            float want = i < rows && j < cols ? row[j] : 0.0f; // padding rows and columns are zeros
+                        if (i < rows) // the whole row, its padded last block included
+                            type_traits[m.type].dequantize(row, (const unsigned char *)m.data + (size_t)i * type_row_bytes(m.type, cols), n_blocks * block);
+                        for (int j = 0; j < n_blocks * block; j++, checked++) {
+                            float got = packed_weight(&m, (size_t)g * n_blocks + j / block, r, j % block);
+                            float want = i < rows ? row[j] : 0.0f; // padding rows are zeros
                             if (got != want && !bad++)
                                 format_text(where, sizeof where, "; first: %s rows %d cols %d at (%d, %d): %g, not %g",
                                             type_name((uint32_t)m.type), rows, cols, i, j, got, want);
@@ -1769,7 +1789,7 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every Q8_0/Q4_0 value and scale, zeros past the edges", bad == 0,
+    report("kernels: pack_matrix keeps every Q8_0/Q4_0/Q4_K/Q6_K value and scale, padded blocks as stored, zero rows past the edge", bad == 0,
            "%d values, %d off%s", checked, bad, where);
 }
 
@@ -1802,10 +1822,10 @@ static void test_quantize_act(void) {
 static void test_packed_kernels(void) {
     static const int positions[] = {1, 5, 16, 17, 40};
     uint64_t rng = 17;
-    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
+    const int *types = packed_types;
     for (int threads = 1; threads <= max_threads(); threads++) {
         set_threads(threads);
-        for (int ty = 0; ty < 2; ty++) {
+        for (int ty = 0; ty < N_PACKED_TYPES; ty++) {
             int checked = 0, bad_ref = 0, bad_simd = 0, bad_batch = 0;
             char where[160] = "";
             for (int a = 0; a < N_KERNEL_SIZES; a++)
@@ -2017,6 +2037,56 @@ static void test_dot_extremes_all(void) {
         format_text(name, sizeof name, "kernels: %s dot and dot_plain exact (to float rounding) at the integer extremes",
                     type_name((uint32_t)types[ty]));
         report(name, bad == 0, "%d rows of %d values, %d off%s", TRIALS, N, bad, where);
+    }
+}
+
+// The packed K-quant kernels at the integer extremes, as above: 19 rows of
+// two super-blocks, every quant, scale and min byte all ones, all zeros or
+// random, unit fp16 scales, x at +-127. Plain and SIMD must give the exact
+// sums within float rounding, and agree bit for bit.
+static void test_packed_k_extremes(void) {
+    enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24 };
+    static const int types[] = {TYPE_Q4_K, TYPE_Q6_K};
+    uint64_t rng = 29;
+    for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
+        const TypeTraits *tt = &type_traits[types[ty]];
+        size_t row_bytes = (size_t)(N / tt->block_size) * tt->block_bytes;
+        unsigned char *data = malloc(ROWS * row_bytes), *packed = NULL;
+        Matrix m = {.data = data, .type = types[ty], .rows = ROWS, .cols = N, .kernel = KERNEL_PACKED};
+        BlockQ8_K act[N / QK_K];
+        float w[N], x[N], got[2][ROWS];
+        int bad = 0;
+        char where[160] = "";
+        if (!data || posix_memalign((void **)&packed, 64, packed_size(&m)) != 0) { report("kernels: packed K-quant extremes", 0, "out of memory"); free(data); return; }
+        for (int trial = 0; trial < TRIALS; trial++) {
+            for (size_t i = 0; i < ROWS * row_bytes; i++) data[i] = trial == 0 ? 0xFF : trial == 1 ? 0 : (unsigned char)next_random(&rng);
+            for (int i = 0; i < ROWS; i++)
+                for (int b = 0; b < N / QK_K; b++) unit_scales(data + i * row_bytes + (size_t)b * tt->block_bytes, types[ty]);
+            for (int k = 0; k < N; k++) x[k] = trial % 3 == 2 ? (next_random(&rng) & 1 ? 127.0f : -127.0f) : trial % 3 ? -127.0f : 127.0f;
+            quantize_q8_k(act, x, N); // exact: amax 127 makes the step 1
+            pack_matrix(packed, &m);
+            m.packed = packed;
+            for (int plain = 0; plain < 2; plain++)
+                for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
+                    int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
+                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain] + g * GROUP_ROWS, 0, &m, g, act, 1, n_rows);
+#if HAVE_AVX512_VNNI
+                    else packed_k_group(got[plain] + g * GROUP_ROWS, 0, &m, g, act, 1, n_rows);
+#endif
+                }
+            for (int i = 0; i < ROWS; i++) {
+                tt->dequantize(w, data + i * row_bytes, N);
+                double expect = 0.0, size = 0.0;
+                for (int k = 0; k < N; k++) { expect += (double)w[k] * x[k]; size += fabs((double)w[k] * x[k]); }
+                if ((fabs(got[1][i] - expect) > 1e-6 * size + 1e-3 || got[0][i] != got[1][i]) && !bad++)
+                    format_text(where, sizeof where, "; first: trial %d row %d: %.9g (SIMD %.9g) instead of %.9g", trial, i, got[1][i], got[0][i], expect);
+            }
+        }
+        char name[128];
+        format_text(name, sizeof name, "kernels: packed %s exact (to float rounding) at the integer extremes, %s", type_name((uint32_t)types[ty]),
+                    HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "plain only in this build");
+        report(name, bad == 0, "%d matrices of %d rows, %d off%s", TRIALS, ROWS, bad, where);
+        free(data); free(packed);
     }
 }
 
@@ -2242,6 +2312,7 @@ static void kernel_tests(void) {
     test_bf16_rows();
     test_dot_extremes();
     test_dot_extremes_all();
+    test_packed_k_extremes();
     test_small_twins();
     test_dispatch_not_finite();
     test_exp_row();
