@@ -3715,25 +3715,31 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q5_1_plain},
     [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
-                   .dot = dot_q2_k_plain},
+                   .dot = dot_q2_k_plain,
+                   .packed_bytes = 16 * QK_K * 2 / 8, .packed_meta_bytes = 16 * (2 + 2 + 16 + 16)},
     [TYPE_Q3_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ3_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q3_k, .quantize = quantize_q3_k, .dot_plain = dot_q3_k_plain,
-                   .dot = dot_q3_k_plain},
+                   .dot = dot_q3_k_plain,
+                   .packed_bytes = 16 * QK_K * 3 / 8, .packed_meta_bytes = 16 * (2 + 16)},
     [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
-                   .dot = dot_q4_k, .packed_bytes = 16 * QK_K / 2, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
+                   .dot = dot_q4_k,
+                   .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
     [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
-                   .dot = dot_q5_k_plain},
+                   .dot = dot_q5_k_plain,
+                   .packed_bytes = 16 * QK_K * 5 / 8, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
     [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
-                   .dot = dot_q6_k, .packed_bytes = 16 * QK_K * 3 / 4, .packed_meta_bytes = 16 * (2 + 16)},
+                   .dot = dot_q6_k,
+                   .packed_bytes = 16 * QK_K * 6 / 8, .packed_meta_bytes = 16 * (2 + 16)},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
                      .dot = dot_iq4_nl},
     [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
-                     .dot = dot_iq4_xs_plain},
+                     .dot = dot_iq4_xs_plain,
+                   .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 8)},
     // activation formats only (no dot: never a weight)
     [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
                    .quantize = quantize_q8_1},
@@ -4210,7 +4216,7 @@ static void pack_matrix_k(unsigned char *dst, const Matrix *m);
 
 // dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
 static void pack_matrix(unsigned char *dst, const Matrix *m) {
-    if (m->type == TYPE_Q4_K || m->type == TYPE_Q6_K) { pack_matrix_k(dst, m); return; }
+    if (type_traits[m->type].act_type == TYPE_Q8_K) { pack_matrix_k(dst, m); return; }
     int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
     size_t row_bytes = type_row_bytes(m->type, m->cols), quant_bytes = type_traits[m->type].packed_bytes;
     uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
@@ -4414,59 +4420,138 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
 }
 
 /* ----------------------------------------------------------------------------
-   Packed K-quants: Q4_K and Q6_K in the same scheme. The unit is a block
-   of 16 rows by one super-block of 256 columns, (g, b); chunk c (0..63) is
-   a row's values 4c..4c+3, row r's in bytes 4r..4r+3 of a 64-byte vector,
-   so one VNNI step multiplies a chunk of all 16 rows by four activations.
-   Activations are Q8_K rows, as llama.cpp quantizes them for these types.
-   Per (g, b):
-     Q4_K quants (2048 bytes) 32 vectors: vector v holds chunk 16 (v / 8) +
-            v % 8 in its low nibbles and chunk 16 (v / 8) + 8 + v % 8 in its
-            high ones, which is Q4_K's own byte order (qs bytes 4v..4v+3);
-          meta (320 bytes) d[16], dmin[16] (fp16), then sc[8][16] and
-            m[8][16], sub-block j's 6-bit scale and min of row r at [j][r]
-     Q6_K quants (3072 bytes) 32 vectors of q's low 4 bits, vector v holding
-            chunk v (low nibbles) and chunk v + 32 (high ones); then 16
-            vectors of its high 2 bits, vector u holding chunks u, u + 16,
-            u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7 (q stored as 0..63)
-          meta (288 bytes) d[16] (fp16), then sc[16][16] (int8)
-   Per row and super-block the sums are exact integers: sumi = sum over
-   sub-blocks j of sc_j * (sum of q * x.q over j) (Q6_K: less 32 * x's sum
-   over j), and Q4_K's summ = sum of m_j * x's sum over j. Then
-   acc = fma(sumi, d * x.d, acc), and for Q4_K acc = fma(-summ, dmin * x.d,
-   acc): the same float operations in the plain twin and in every lane. */
+   Packed K-quants: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS in one scheme.
+   The unit is a block of 16 rows by one super-block of 256 columns, (g, b).
+   Chunk c (0..63) is a row's values 4c..4c+3, row r's in bytes 4r..4r+3 of
+   a 64-byte vector, so one VNNI step multiplies a chunk of all 16 rows by
+   four activations. Activations are Q8_K rows, as llama.cpp quantizes them
+   for these types. Each type's q (an unsigned integer, see below) is split
+   into bit planes, stored one after the other, the planes a type uses:
+     4-bit plane (2048 bytes) 32 vectors, vector v holding chunk v in its
+            low nibbles and chunk v + 32 in its high ones
+     2-bit plane (1024 bytes) 16 vectors, vector u holding chunks u, u + 16,
+            u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7
+     1-bit plane (512 bytes) 8 vectors, vector u holding chunk u + 8 s in bit s
+   and a chunk's q is its planes' bits joined, the 4-bit plane's lowest.
+   Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
+   mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
+   scale and min of row r at [j][r], one byte each. A type's values are
+       d * sc_j * (q - offset) - dmin * m_j          or, for IQ4_XS,
+       d * sc_j * (q - 128) with q = iq4nl_values[index] + 128,
+   so per row and super-block the sums are exact integers:
+       sumi = sum over j of sc_j * (sum of q * x.q over j - offset * x's sum over j)
+       summ = sum over j of m_j * x's sum over j
+   and acc = fma(sumi, d * x.d, acc), then (types with mins) acc =
+   fma(-summ, dmin * x.d, acc): the same float operations in the plain twin
+   and in every lane. */
 
-#define PACKED_K_OFFSET_HIGH (16 * QK_K / 2) // Q6_K: where the high 2 bits start
+// How a K-type is packed; type_traits' packed_bytes and packed_meta_bytes
+// follow from it.
+typedef struct {
+    int planes;   // bit planes used: 4 (4-bit), 2 (2-bit), 1 (1-bit), ORed
+    int n_subs;   // sub-blocks per super-block, each with its scale (and min)
+    int mins;     // 1: the type subtracts dmin * m_j
+    int offset;   // subtracted from q
+    int lookup;   // 1: q is an index into iq4nl_values (IQ4_XS)
+} PackedK;
+
+static PackedK packed_k_format(int type) {
+    switch (type) {
+    case TYPE_Q2_K: return (PackedK){.planes = 2, .n_subs = 16, .mins = 1};
+    case TYPE_Q3_K: return (PackedK){.planes = 2 | 1, .n_subs = 16, .offset = 4};
+    case TYPE_Q4_K: return (PackedK){.planes = 4, .n_subs = 8, .mins = 1};
+    case TYPE_Q5_K: return (PackedK){.planes = 4 | 1, .n_subs = 8, .mins = 1};
+    case TYPE_Q6_K: return (PackedK){.planes = 4 | 2, .n_subs = 16, .offset = 32};
+    default: return (PackedK){.planes = 4, .n_subs = 8, .offset = 128, .lookup = 1}; // IQ4_XS
+    }
+}
+
+// Where each plane starts in a super-block's quants, and where the scale
+// bytes start in its meta.
+static int plane_start(PackedK f, int plane) {
+    int at = 0;
+    if (plane == 4) return at;
+    if (f.planes & 4) at += 2048;
+    if (plane == 2) return at;
+    if (f.planes & 2) at += 1024;
+    return at;
+}
+static int meta_sc(PackedK f) { return f.mins ? 64 : 32; }
+static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
+
+// One super-block of a K-type as the packed layout holds it.
+typedef struct {
+    uint8_t q[QK_K];  // as stored (IQ4_XS: the index; the table is applied when packed)
+    int8_t sc[16];    // per sub-block (n_subs of them)
+    uint8_t m[16];
+    uint16_t d, dmin; // fp16
+} KBlock;
+
+static void unpack_k_block(KBlock *u, const void *block, int type) {
+    PackedK f = packed_k_format(type);
+    int sc, m;
+    memset(u, 0, sizeof *u);
+    for (int k = 0; k < QK_K; k++) {
+        switch (type) {
+        case TYPE_Q2_K: u->q[k] = (uint8_t)q2_k_quant(((const BlockQ2_K *)block)->qs, k); break;
+        case TYPE_Q3_K: u->q[k] = (uint8_t)(q3_k_quant(block, k) + 4); break;
+        case TYPE_Q4_K: u->q[k] = (uint8_t)q4_k_quant(((const BlockQ4_K *)block)->qs, k); break;
+        case TYPE_Q5_K: u->q[k] = (uint8_t)q5_k_quant(block, k); break;
+        case TYPE_Q6_K: u->q[k] = (uint8_t)(q6_k_quant(block, k) + 32); break;
+        default: { const uint8_t *qs = ((const BlockIQ4_XS *)block)->qs + 16 * (k / 32); // IQ4_XS
+                   u->q[k] = k % 32 < 16 ? qs[k % 16] & 0xF : qs[k % 16] >> 4; }
+        }
+    }
+    for (int j = 0; j < f.n_subs; j++) {
+        switch (type) {
+        case TYPE_Q2_K: { uint8_t s = ((const BlockQ2_K *)block)->scales[j]; sc = s & 0xF; m = s >> 4; } break;
+        case TYPE_Q3_K: sc = q3_k_scale(((const BlockQ3_K *)block)->scales, j) - 32; m = 0; break;
+        case TYPE_Q4_K: case TYPE_Q5_K: k4_scale_min(((const BlockQ4_K *)block)->scales, j, &sc, &m); break;
+        case TYPE_Q6_K: sc = ((const BlockQ6_K *)block)->scales[j]; m = 0; break;
+        default: sc = iq4_xs_scale(block, j) - 32; m = 0; // IQ4_XS
+        }
+        u->sc[j] = (int8_t)sc;
+        u->m[j] = (uint8_t)m;
+    }
+    switch (type) { // d and dmin sit in different places in each block
+    case TYPE_Q2_K: u->d = ((const BlockQ2_K *)block)->d; u->dmin = ((const BlockQ2_K *)block)->dmin; break;
+    case TYPE_Q3_K: u->d = ((const BlockQ3_K *)block)->d; break;
+    case TYPE_Q4_K: case TYPE_Q5_K: u->d = ((const BlockQ4_K *)block)->d; u->dmin = ((const BlockQ4_K *)block)->dmin; break;
+    case TYPE_Q6_K: u->d = ((const BlockQ6_K *)block)->d; break;
+    default: u->d = ((const BlockIQ4_XS *)block)->d;
+    }
+}
 
 // Row r of super-block (g, b) into the packed layout; block NULL: a
-// padding row (zeros, which add nothing).
+// padding row (zeros: d = 0 makes it add nothing).
 static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
-    if (type == TYPE_Q4_K) {
-        const BlockQ4_K *b = block;
-        static const uint8_t zeros[4] = {0};
-        uint16_t d = b ? b->d : 0, dmin = b ? b->dmin : 0;
-        memcpy(meta + 2 * r, &d, 2);
-        memcpy(meta + 32 + 2 * r, &dmin, 2);
-        for (int j = 0; j < 8; j++) {
-            int sc = 0, m = 0;
-            if (b) k4_scale_min(b->scales, j, &sc, &m);
-            meta[64 + 16 * j + r] = (uint8_t)sc;
-            meta[192 + 16 * j + r] = (uint8_t)m;
-        }
-        for (int v = 0; v < 32; v++) memcpy(quants + 64 * v + 4 * r, b ? b->qs + 4 * v : zeros, 4);
-        return;
+    PackedK f = packed_k_format(type);
+    KBlock u;
+    if (block) unpack_k_block(&u, block, type);
+    else memset(&u, 0, sizeof u);
+    memcpy(meta + 2 * r, &u.d, 2);
+    if (f.mins) memcpy(meta + 32 + 2 * r, &u.dmin, 2);
+    for (int j = 0; j < f.n_subs; j++) {
+        meta[meta_sc(f) + 16 * j + r] = (uint8_t)u.sc[j];
+        if (f.mins) meta[meta_m(f) + 16 * j + r] = u.m[j];
     }
-    const BlockQ6_K *b = block;
-    uint16_t d = b ? b->d : 0;
-    memcpy(meta + 2 * r, &d, 2);
-    for (int j = 0; j < 16; j++) meta[32 + 16 * j + r] = b ? (uint8_t)b->scales[j] : 0;
     for (int c = 0; c < 64; c++) // chunks in order: the first write of each byte sets it
         for (int i = 0; i < 4; i++) {
-            int q = b ? q6_k_quant(b, 4 * c + i) + 32 : 0;
-            uint8_t *low = quants + 64 * (c % 32) + 4 * r + i;
-            uint8_t *high = quants + PACKED_K_OFFSET_HIGH + 64 * (c % 16) + 4 * r + i;
-            *low = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*low | (q & 0xF) << 4);
-            *high = c < 16 ? (uint8_t)(q >> 4) : (uint8_t)(*high | (q >> 4) << (2 * (c / 16)));
+            int q = u.q[4 * c + i], low = f.planes & 4 ? 4 : 0;
+            if (f.planes & 4) {
+                uint8_t *p = quants + plane_start(f, 4) + 64 * (c % 32) + 4 * r + i;
+                *p = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*p | (q & 0xF) << 4);
+            }
+            if (f.planes & 2) {
+                uint8_t *p = quants + plane_start(f, 2) + 64 * (c % 16) + 4 * r + i;
+                int bits = (q >> low) & 3;
+                *p = c < 16 ? (uint8_t)bits : (uint8_t)(*p | bits << (2 * (c / 16)));
+            }
+            if (f.planes & 1) {
+                uint8_t *p = quants + plane_start(f, 1) + 64 * (c % 8) + 4 * r + i;
+                int bit = (q >> (low + (f.planes & 2 ? 2 : 0))) & 1;
+                *p = c < 8 ? (uint8_t)bit : (uint8_t)(*p | bit << (c / 8));
+            }
         }
 }
 
@@ -4488,40 +4573,44 @@ static void pack_matrix_k(unsigned char *dst, const Matrix *m) {
         }
 }
 
-// Row r's q (Q4_K 0..15, Q6_K 0..63) of value k in a super-block's packed quants.
-static int packed_k_value(const unsigned char *quants, int r, int k, int type) {
-    int c = k / 4, i = k % 4;
-    if (type == TYPE_Q4_K) {
-        uint8_t byte = quants[64 * (8 * (c / 16) + c % 8) + 4 * r + i];
-        return c % 16 < 8 ? byte & 0xF : byte >> 4;
+// Row r's q of value k in a super-block's packed quants, as the kernels
+// multiply it (IQ4_XS: iq4nl_values[index] + 128).
+static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) {
+    int c = k / 4, i = k % 4, q = 0, bits = 0;
+    if (f.planes & 4) {
+        uint8_t byte = quants[plane_start(f, 4) + 64 * (c % 32) + 4 * r + i];
+        q = c < 32 ? byte & 0xF : byte >> 4;
+        bits = 4;
     }
-    uint8_t low = quants[64 * (c % 32) + 4 * r + i], high = quants[PACKED_K_OFFSET_HIGH + 64 * (c % 16) + 4 * r + i];
-    return (c < 32 ? low & 0xF : low >> 4) | ((high >> (2 * (c / 16))) & 3) << 4;
+    if (f.planes & 2) {
+        q |= ((quants[plane_start(f, 2) + 64 * (c % 16) + 4 * r + i] >> (2 * (c / 16))) & 3) << bits;
+        bits += 2;
+    }
+    if (f.planes & 1) q |= ((quants[plane_start(f, 1) + 64 * (c % 8) + 4 * r + i] >> (c / 8)) & 1) << bits;
+    return f.lookup ? iq4nl_values[q] + 128 : q;
 }
 
 // 16 rows of group g against one position x (Q8_K, col_blocks blocks): out[r].
 static void packed_k_position_plain(float *out, const Matrix *m, int g, const BlockQ8_K *x) {
-    int n_blocks = col_blocks(m), q4 = m->type == TYPE_Q4_K, n_subs = q4 ? 8 : 16, sub_len = QK_K / n_subs;
+    PackedK f = packed_k_format(m->type);
+    int n_blocks = col_blocks(m), len = QK_K / f.n_subs;
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
         for (int r = 0; r < GROUP_ROWS; r++) {
             int32_t sumi = 0, summ = 0;
-            for (int j = 0; j < n_subs; j++) {
-                int32_t isum = 0;
-                for (int k = j * sub_len; k < (j + 1) * sub_len; k++) isum += packed_k_value(quants, r, k, m->type) * x[b].qs[k];
-                if (q4) {
-                    sumi += meta[64 + 16 * j + r] * isum;
-                    summ += meta[192 + 16 * j + r] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
-                } else {
-                    sumi += (int8_t)meta[32 + 16 * j + r] * (isum - 32 * x[b].bsums[j]);
-                }
+            for (int j = 0; j < f.n_subs; j++) {
+                int32_t isum = 0, xsum = 0;
+                for (int k = j * len; k < (j + 1) * len; k++) isum += packed_k_value(quants, r, k, f) * x[b].qs[k];
+                for (int s = j * len / 16; s < (j + 1) * len / 16; s++) xsum += x[b].bsums[s];
+                sumi += (int8_t)meta[meta_sc(f) + 16 * j + r] * (isum - f.offset * xsum);
+                if (f.mins) summ += meta[meta_m(f) + 16 * j + r] * xsum;
             }
             uint16_t d, dmin;
             memcpy(&d, meta + 2 * r, 2);
             acc[r] = fmaf((float)sumi, f16_to_f32(d) * x[b].d, acc[r]);
-            if (q4) {
+            if (f.mins) {
                 memcpy(&dmin, meta + 32 + 2 * r, 2);
                 acc[r] = fmaf(-(float)summ, f16_to_f32(dmin) * x[b].d, acc[r]);
             }
@@ -4542,101 +4631,111 @@ static void packed_k_group_plain(float *out, size_t out_stride, const Matrix *m,
 
 #if HAVE_AVX512_VNNI
 
-// Q4_K: sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
-// positions x[t * x_stride]. Sub-block j is the low (j even) or high
-// nibbles of vectors 8 (j / 2) .. 8 (j / 2) + 7.
-static inline void q4_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants, const unsigned char *meta,
-                             const BlockQ8_K *x, size_t x_stride, int n_t) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
+// Bits `from`.. of each byte of v, moved to bits `to`.. and masked to `mask`
+// (shifting 16-bit lanes: the mask drops what crosses from the next byte).
+static inline __m512i move_bits(__m512i v, int from, int to, int mask) {
+    if (to > from) v = _mm512_slli_epi16(v, (unsigned)(to - from));
+    if (from > to) v = _mm512_srli_epi16(v, (unsigned)(from - to));
+    return _mm512_and_si512(v, _mm512_set1_epi8((char)mask));
+}
+
+// Chunk c of a super-block's quants: 16 rows' q as unsigned bytes.
+static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
+    __m512i q = _mm512_setzero_si512();
+    int bits = 0;
+    if (f.planes & 4) {
+        q = move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
+        bits = 4;
+    }
+    if (f.planes & 2) {
+        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 2) + 64 * (c % 16));
+        q = _mm512_or_si512(q, move_bits(v, 2 * (c / 16), bits, 3 << bits));
+        bits += 2;
+    }
+    if (f.planes & 1) {
+        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 1) + 64 * (c % 8));
+        q = _mm512_or_si512(q, move_bits(v, c / 8, bits, 1 << bits));
+    }
+    if (f.lookup) { // iq4nl_values + 128, looked up in each 16-byte lane
+        __m128i values = _mm_loadu_si128((const __m128i *)iq4nl_values);
+        const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
+        q = _mm512_shuffle_epi8(table, q);
+    }
+    return q;
+}
+
+// sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
+// positions x[t * x_stride], sub-block by sub-block.
+static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
+                                                                 const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
+                                                                 int n_t, PackedK f) {
+    int len = QK_K / f.n_subs, n_chunks = len / 4;
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < f.n_subs; j++) {
         __m512i w[8];
         #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            __m512i v = _mm512_loadu_si512(quants + 64 * (8 * (j / 2) + i));
-            w[i] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low);
-        }
-        __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + 64 + 16 * j)));
-        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + 192 + 16 * j)));
+        for (int i = 0; i < n_chunks; i++) w[i] = packed_k_chunk(quants, n_chunks * j + i, f);
+        __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_sc(f) + 16 * j)));
+        __m512i m = f.mins ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_m(f) + 16 * j))) : sc;
         #pragma GCC unroll 8
         for (int t = 0; t < n_t; t++) {
             const BlockQ8_K *xt = x + (size_t)t * x_stride;
             __m512i isum = _mm512_setzero_si512();
             #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
-                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + 32 * j + 4 * i)));
+            for (int i = 0; i < n_chunks; i++)
+                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + len * j + 4 * i)));
+            int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
+            if (f.offset) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * xsum));
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
-            summ[t] = _mm512_add_epi32(summ[t], _mm512_mullo_epi32(m, _mm512_set1_epi32(xt->bsums[2 * j] + xt->bsums[2 * j + 1])));
-        }
-    }
-}
-
-// Q6_K: sumi[t] of one super-block. Chunk c's q is its low 4 bits (vector
-// c % 32, the high nibble from c = 32 on) joined with bits 2 (c / 16) and
-// up of vector c % 16 of the high bits, moved to bits 4-5.
-static inline void q6_k_sums(__m512i *sumi, const unsigned char *quants, const unsigned char *meta,
-                             const BlockQ8_K *x, size_t x_stride, int n_t) {
-    const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8(0x30);
-    for (int t = 0; t < n_t; t++) sumi[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 16; j++) { // sub-block j: chunks 4j .. 4j + 3
-        __m512i w[4];
-        #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            int c = 4 * j + i, shift = 2 * (c / 16);
-            __m512i lo = _mm512_loadu_si512(quants + 64 * (c % 32));
-            __m512i hi = _mm512_loadu_si512(quants + PACKED_K_OFFSET_HIGH + 64 * (c % 16));
-            if (c >= 32) lo = _mm512_srli_epi16(lo, 4);
-            hi = shift <= 4 ? _mm512_slli_epi16(hi, 4 - shift) : _mm512_srli_epi16(hi, shift - 4);
-            w[i] = _mm512_or_si512(_mm512_and_si512(lo, low), _mm512_and_si512(hi, high));
-        }
-        __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * j)));
-        #pragma GCC unroll 8
-        for (int t = 0; t < n_t; t++) {
-            const BlockQ8_K *xt = x + (size_t)t * x_stride;
-            __m512i isum = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
-                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + 16 * j + 4 * i)));
-            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(32 * xt->bsums[j]));
-            sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
+            if (f.mins) summ[t] = _mm512_add_epi32(summ[t], _mm512_mullo_epi32(m, _mm512_set1_epi32(xsum)));
         }
     }
 }
 
 // n_t (1 or PACKED_TOKENS) positions x[t * col_blocks ..] against group
-// g's rows: out[t * out_stride + r] for r < n_rows. Inlined with n_t a
-// constant, so the per-position arrays live in registers.
-static inline void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n_t, int n_rows) {
-    int n_blocks = col_blocks(m), q4 = m->type == TYPE_Q4_K;
+// g's rows: out[t * out_stride + r] for r < n_rows. Inlined with n_t and
+// the format constants, so the per-position arrays live in registers.
+static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
+    int n_blocks = col_blocks(m);
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
-        const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+        const unsigned char *meta = packed_meta(m, gb);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
-        if (q4) q4_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t);
-        else {
-            q6_k_sums(sumi, quants, meta, x + b, (size_t)n_blocks, n_t);
-            for (int t = 0; t < n_t; t++) summ[t] = _mm512_setzero_si512(); // unused: Q6_K has no mins
-        }
+        packed_k_sums(sumi, summ, packed_quants(m, gb), meta, x + b, (size_t)n_blocks, n_t, f);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
-        __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32)));
+        __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
         for (int t = 0; t < n_t; t++) {
             __m512 xd = _mm512_set1_ps(x[(size_t)t * n_blocks + b].d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(d, xd), acc[t]);
-            if (q4) acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dmin, xd), acc[t]);
+            if (f.mins) acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dmin, xd), acc[t]);
         }
     }
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     for (int t = 0; t < n_t; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
 }
 
-// packed_k_group_plain's SIMD twin: a tile of PACKED_TOKENS positions, or
-// one position at a time.
-static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n, int n_rows) {
-    if (n == PACKED_TOKENS) { packed_k_tile(out, out_stride, m, g, x, PACKED_TOKENS, n_rows); return; }
+// A tile of PACKED_TOKENS positions, or one position at a time, for one
+// format (a constant once inlined).
+static inline __attribute__((always_inline)) void packed_k_group_as(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                     const BlockQ8_K *x, int n, int n_rows, PackedK f) {
+    if (n == PACKED_TOKENS) { packed_k_tile(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, f); return; }
     for (int t = 0; t < n; t++)
-        packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows);
+        packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows, f);
+}
+
+// packed_k_group_plain's SIMD twin: one compiled kernel per type.
+static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n, int n_rows) {
+    switch (m->type) {
+    case TYPE_Q2_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q2_K)); break;
+    case TYPE_Q3_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q3_K)); break;
+    case TYPE_Q4_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q4_K)); break;
+    case TYPE_Q5_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q5_K)); break;
+    case TYPE_Q6_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q6_K)); break;
+    default: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_IQ4_XS));
+    }
 }
 
 #endif

@@ -1501,9 +1501,7 @@ static void test_matmat_fast_vs_plain(void) {
 // sum over blocks of (sum |w|) * (d/2 + 127 |d - s|), plus float order.
 // Q8_1 also stores d * sum(q) in fp16, which multiplies the weights' block
 // offset (at most max|w| in size): up to 2^-11 of max|w| * sum|x| more.
-static double activation_bound(const Matrix *m, int row, const float *x) {
-    float *w = malloc((size_t)m->cols * sizeof(float));
-    dequantize_row(w, m, row);
+static double activation_bound_of(const Matrix *m, const float *w, const float *x) {
     int act = type_traits[m->type].act_type, block = type_traits[act].block_size;
     double bound = 0.0;
     for (int b = 0; b * block < m->cols; b++) {
@@ -1518,7 +1516,14 @@ static double activation_bound(const Matrix *m, int row, const float *x) {
         bound += wsum * (d * 0.5 + 127.0 * fabs((double)d - rounded)) * 1.001; // 0.1%: float slack
         if (act == TYPE_Q8_1) bound += wmax * xsum * 0x1p-10;
     }
-    bound += order_bound(w, x, m->cols);
+    return bound + order_bound(w, x, m->cols);
+}
+
+// The same for row `row` of m.
+static double activation_bound(const Matrix *m, int row, const float *x) {
+    float *w = malloc((size_t)m->cols * sizeof(float));
+    dequantize_row(w, m, row);
+    double bound = activation_bound_of(m, w, x);
     free(w);
     return bound;
 }
@@ -1731,7 +1736,7 @@ static void test_exp_row(void) {
    for tiles of positions (prefill), with 1 and 2 threads. */
 
 // The types with a packed layout.
-static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_K, TYPE_Q6_K};
+static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
 enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
 
 // A random matrix (rows, cols) of a packed type, packed; free data and packed.
@@ -1754,13 +1759,12 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     switch (m->type) {
     case TYPE_Q8_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 128);
     case TYPE_Q4_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 8);
-    case TYPE_Q4_K:
-        memcpy(&dmin, meta + 32 + 2 * r, 2);
-        return f16_to_f32(d) * meta[64 + 16 * (k / 32) + r] * packed_k_value(quants, r, k, m->type) -
-               f16_to_f32(dmin) * meta[192 + 16 * (k / 32) + r];
-    default: // Q6_K
-        return f16_to_f32(d) * (int8_t)meta[32 + 16 * (k / 16) + r] * (packed_k_value(quants, r, k, m->type) - 32);
     }
+    PackedK f = packed_k_format(m->type);
+    int j = k / (QK_K / f.n_subs), sc = (int8_t)meta[meta_sc(f) + 16 * j + r], q = packed_k_value(quants, r, k, f);
+    if (!f.mins) return f16_to_f32(d) * sc * (q - f.offset);
+    memcpy(&dmin, meta + 32 + 2 * r, 2);
+    return f16_to_f32(d) * sc * (q - f.offset) - f16_to_f32(dmin) * meta[meta_m(f) + 16 * j + r];
 }
 
 static void test_packed_layout(void) {
@@ -1789,7 +1793,7 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every Q8_0/Q4_0/Q4_K/Q6_K value and scale, padded blocks as stored, zero rows past the edge", bad == 0,
+    report("kernels: pack_matrix keeps every value and scale (Q8_0, Q4_0, the K-quants, IQ4_XS), padded blocks as stored, zero rows past the edge", bad == 0,
            "%d values, %d off%s", checked, bad, where);
 }
 
@@ -1819,8 +1823,12 @@ static void test_quantize_act(void) {
            "%d inputs, %d off%s", checked, bad, where);
 }
 
+// Positions: one (generation), tiles of 8 with and without leftovers. The
+// K-quants take fewer (a tile and one more, two tiles and one more): their
+// plain kernels are slow under emulation and sanitizers, and their tiles
+// are the same code as Q8_0's.
 static void test_packed_kernels(void) {
-    static const int positions[] = {1, 5, 16, 17, 40};
+    static const int positions[] = {1, 5, 16, 17, 40}, k_positions[] = {1, 9, 17};
     uint64_t rng = 17;
     const int *types = packed_types;
     for (int threads = 1; threads <= max_threads(); threads++) {
@@ -1828,36 +1836,41 @@ static void test_packed_kernels(void) {
         for (int ty = 0; ty < N_PACKED_TYPES; ty++) {
             int checked = 0, bad_ref = 0, bad_simd = 0, bad_batch = 0;
             char where[160] = "";
+            int k_quant = type_traits[types[ty]].act_type == TYPE_Q8_K;
+            size_t n_positions = k_quant ? sizeof k_positions / sizeof k_positions[0] : sizeof positions / sizeof positions[0];
             for (int a = 0; a < N_KERNEL_SIZES; a++)
-                for (int b = 0; b < N_KERNEL_SIZES; b++)
-                    for (size_t p = 0; p < sizeof positions / sizeof positions[0]; p++) {
-                        int rows = kernel_sizes[a], cols = kernel_sizes[b], n = positions[p];
-                        Matrix m = random_packed(&rng, types[ty], rows, cols);
+                for (int b = 0; b < N_KERNEL_SIZES; b++) {
+                    int rows = kernel_sizes[a], cols = kernel_sizes[b];
+                    Matrix m = random_packed(&rng, types[ty], rows, cols);
+                    for (size_t p = 0; p < n_positions; p++) {
+                        int n = k_quant ? k_positions[p] : positions[p];
                         float *x = malloc((size_t)n * cols * sizeof(float)), *w = malloc((size_t)cols * sizeof(float));
                         float *plain = malloc((size_t)n * rows * sizeof(float)), *simd = malloc((size_t)n * rows * sizeof(float));
-                        float *one = malloc((size_t)rows * sizeof(float));
+                        float *one = malloc((size_t)n * rows * sizeof(float));
                         random_floats(&rng, x, (size_t)n * cols);
                         product(plain, x, n, &m, 1);
-                        product(simd, x, n, &m, 0);
-                        for (int t = 0; t < n; t++) {
-                            product(one, x + (size_t)t * cols, 1, &m, 0);
-                            for (int i = 0; i < rows; i++, checked++) {
+                        if (HAVE_AVX512_VNNI) product(simd, x, n, &m, 0);
+                        else memcpy(simd, plain, (size_t)n * rows * sizeof(float)); // no SIMD twin: plain only
+                        for (int t = 0; t < n; t++) product(one + (size_t)t * rows, x + (size_t)t * cols, 1, &m, 0);
+                        for (int i = 0; i < rows; i++) {
+                            dequantize_row(w, &m, i);
+                            for (int t = 0; t < n; t++, checked++) {
                                 size_t at = (size_t)t * rows + i;
-                                dequantize_row(w, &m, i);
                                 double ref = 0.0;
                                 for (int j = 0; j < cols; j++) ref += (double)w[j] * x[(size_t)t * cols + j];
-                                if (fabs(ref - plain[at]) > activation_bound(&m, i, x + (size_t)t * cols) && !bad_ref++)
+                                if (fabs(ref - plain[at]) > activation_bound_of(&m, w, x + (size_t)t * cols) && !bad_ref++)
                                     format_text(where, sizeof where, "; plain off: rows %d cols %d n %d at (%d, %d): %g vs float %g",
                                                 rows, cols, n, t, i, plain[at], ref);
                                 if (simd[at] != plain[at] && !bad_simd++)
                                     format_text(where, sizeof where, "; SIMD off: rows %d cols %d n %d at (%d, %d): %g vs plain %g",
                                                 rows, cols, n, t, i, simd[at], plain[at]);
-                                bad_batch += one[i] != simd[at];
+                                bad_batch += one[at] != simd[at];
                             }
                         }
                         free(x); free(w); free(plain); free(simd); free(one);
-                        free((void *)m.data); free((void *)m.packed);
                     }
+                    free((void *)m.data); free((void *)m.packed);
+                }
             char name[128];
             format_text(name, sizeof name, "kernels: packed %s: plain == float reference within activation rounding, "
                         "%s, %d thread(s)", type_name((uint32_t)types[ty]),
@@ -2046,7 +2059,7 @@ static void test_dot_extremes_all(void) {
 // sums within float rounding, and agree bit for bit.
 static void test_packed_k_extremes(void) {
     enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24 };
-    static const int types[] = {TYPE_Q4_K, TYPE_Q6_K};
+    static const int types[] = {TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
     uint64_t rng = 29;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]];
