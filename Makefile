@@ -112,7 +112,7 @@ clean:
 # make test-asan    the whole suite built with ASan + UBSan, in build/asan/
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS = checkpoint gguf tokenizer_file encode args sampler quantize output
+FUZZ_TARGETS = checkpoint gguf tokenizer_file encode bpe args sampler quantize output
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(NOFMA) \
 	-std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function -DFUZZ_SHARED_DIR='"$(abspath $(SHARED))"'
 ASAN_CFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -std=c11 -Wall -Wextra $(NOFMA)

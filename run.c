@@ -6122,12 +6122,11 @@ static int dtype_writable(int dtype) {
 
 // Writes t to out_path in our format with matrices of the given type (or
 // mix). One type for all: version 1; a mix: version 2, with its table of
-// types. The file appears only when complete (written beside it, then
-// renamed).
+// types. The file appears only when complete (an Output: written beside it,
+// then renamed).
 int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int dtype) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
-    if (check_output(out_path) != 0) return -1;
     int n_types = runc_matrix_count(c), *types = malloc((size_t)n_types * sizeof(int)), mixed = 0, widest = c->dim;
     if (!types) return fail("out of memory");
     for (int i = 0; i < n_types; i++) mixed |= (types[i] = matrix_dtype(dtype, c, i)) != types[0];
@@ -6148,15 +6147,13 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     put_i32(header + 56, c->eos_id);
     put_i32(header + 60, mixed ? base : types[0]);
 
-    size_t tmp_len = strlen(out_path) + 16;
-    char *tmp = malloc(tmp_len);
     float *row = malloc((size_t)widest * sizeof(float));
     unsigned char *out = malloc(row_bytes);
-    if (!tmp || !row || !out) { free(tmp); free(row); free(out); free(types); return fail("out of memory"); }
-    snprintf(tmp, tmp_len, "%s.tmp%d", out_path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int err = f ? 0 : fail("%s: cannot write: %s", out_path, strerror(errno));
-    if (!err && fwrite(header, 1, sizeof header, f) != sizeof header)
+    Output file; // refuses an OUT that is not a regular file, before anything is written
+    int err = !row || !out ? fail("out of memory") : output_open(&file, out_path);
+    if (err) { free(row); free(out); free(types); return err; }
+    FILE *f = file.f;
+    if (fwrite(header, 1, sizeof header, f) != sizeof header)
         err = fail("%s: write failed: %s", out_path, strerror(errno));
     for (int i = 0; i < n_types && mixed && !err; i++) {
         unsigned char entry[4];
@@ -6168,10 +6165,8 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
         snprintf(why, sizeof why, "%s", error_message);
         err = fail("%s: %s", out_path, why);
     }
-    if (f && fclose(f) != 0 && !err) err = fail("%s: write failed: %s", out_path, strerror(errno));
-    if (!err && rename(tmp, out_path) != 0) err = fail("%s: cannot rename into place: %s", out_path, strerror(errno));
-    if (err && f) remove(tmp);
-    free(tmp); free(row); free(out); free(types);
+    err = output_close(&file, err);
+    free(row); free(out); free(types);
     return err;
 }
 

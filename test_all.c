@@ -5823,6 +5823,49 @@ static int count_entries(const char *dir) {
     return n;
 }
 
+// -m quantize that fails part way (a NaN weight, found after the header,
+// norms and embeddings are written) leaves nothing behind: no OUT, no
+// temporary file beside it, and an existing OUT as it was.
+static void test_quantize_failure_leaves_nothing(void) {
+    const char *dir = "build/tmp/quantize-fail", *model = "build/tmp/quantize-fail-nan.bin";
+    const char *out = "build/tmp/quantize-fail/out.bin";
+    enum { DIM = 8, HIDDEN = 16, LAYERS = 1, HEADS = 2, VOCAB = 8, SEQ = 4 };
+    size_t n = (size_t)VOCAB * DIM + LAYERS * (2 * DIM + 4 * DIM * DIM + 3 * DIM * HIDDEN) + DIM + SEQ * (DIM / HEADS);
+    int32_t header[7] = {DIM, HIDDEN, LAYERS, HEADS, HEADS, VOCAB, SEQ};
+    float *w = malloc(n * sizeof(float));
+    unsigned char *file = malloc(sizeof header + n * sizeof(float));
+    if (!w || !file) { free(w); free(file); report("-m quantize failure: fixture", 0, "out of memory"); return; }
+    for (size_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 7) + 0.5f;
+    w[VOCAB * DIM + LAYERS * DIM + 3] = NAN; // in wq, the first matrix after the embeddings
+    memcpy(file, header, sizeof header);
+    memcpy(file + sizeof header, w, n * sizeof(float));
+    int saved = save_file(model, file, sizeof header + n * sizeof(float));
+    free(w);
+    free(file);
+    static const char precious[] = "an earlier quantization\n";
+    for (int existing = 0; existing < 2; existing++) {
+        char name[160], why[256] = "";
+        format_text(name, sizeof name, "-m quantize that fails on a NaN weight leaves no file%s, one message naming OUT",
+                    existing ? " and an existing OUT untouched" : "");
+        clear_dir(dir);
+        if (existing) save_file(out, precious, strlen(precious));
+        Transformer t;
+        if (saved != 0 || transformer_open(&t, model) != 0) { report(name, 0, "fixture: %s", error_message); return; }
+        int err = quantize_mode(&t, model, out, TYPE_Q8_0);
+        transformer_close(&t);
+        format_text(why, sizeof why, "%s", err ? error_message : "(no error)");
+        Bytes kept = {0};
+        int untouched = existing ? load_file(out, &kept) == 0 && kept.len == strlen(precious) &&
+                                       memcmp(kept.data, precious, kept.len) == 0
+                                 : !file_exists(out);
+        bytes_free(&kept);
+        int entries = count_entries(dir);
+        report(name, err != 0 && strstr(why, out) && strstr(why, "not finite") && untouched && entries == existing,
+               "status %d, message \"%s\", OUT %s, %d files in %s", err, why, untouched ? "as it was" : "CHANGED",
+               entries, dir);
+    }
+}
+
 // Where a and b first differ (the shorter length if one is a prefix of the
 // other); -1 if they are identical.
 static long bytes_difference(const Bytes *a, const Bytes *b) {
@@ -6556,6 +6599,7 @@ int main(int argc, char **argv) {
     eog_tests();
     rope_tests();
     template_tests();
+    test_quantize_failure_leaves_nothing();
     export_tests();
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);

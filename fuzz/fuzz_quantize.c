@@ -8,7 +8,8 @@
    $TMPDIR (else /dev/shm, else /tmp). */
 #include "fuzz_model.h"
 
-// quantize_mode writes OUT.tmpPID beside OUT, then renames it: a directory
+// quantize_mode writes OUT.tmpPID beside OUT (run.c's Output: output_open,
+// output_close), then renames it: a directory
 // of our own, made and removed around each execution (libFuzzer may end the
 // process without running atexit handlers).
 static char out_dir[4096], out_path[4200];

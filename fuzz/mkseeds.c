@@ -388,7 +388,6 @@ static void text_seeds(void) {
         T("tok512-bos-eos.txt", 6, "  Once upon  a time,\tthere was a   dog.  \n"),
         T("llama2-hostile.txt", 1, "\xFF\xFE bad \xC3 \x00 nul \xE2\x96\x81sym \xED\xA0\x80 \xF4\x90\x80\x80"),
         T("tok512-bytes.txt", 0, "\r\n\x01\x7F <s></s><unk><0x41> \xEF\xBB\xBF"),
-#undef T
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         Buf b = {0};
@@ -396,6 +395,33 @@ static void text_seeds(void) {
         put(&b, texts[i].text, texts[i].len);
         save_buf("encode", texts[i].name, b);
     }
+    // fuzz_bpe: the same flag byte (bit 0: Qwen's vocabulary, else Llama 3's; bits 3-4: another
+    // pre-tokenizer: 1 GPT-2, 2 smollm, 3 Llama 3's for Qwen and Qwen 2's for Llama 3), then the text
+    static const struct { const char *name; unsigned char flags; const char *text; size_t len; } bpe[] = {
+        T("llama3-ascii.txt", 2, "Hello, world! The quick brown fox jumps over the lazy dog."),
+        T("qwen-cjk.txt", 1, "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xE3\x80\x82 "
+                             "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA8\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4"),
+        T("llama3-emoji.txt", 0, "\xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD \xF0\x9F\x91\xA8\xE2\x80\x8D"
+                                 "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xE2\x9D\xA4\xEF\xB8\x8F"),
+        T("qwen-numbers.txt", 7, "3.14159 1,000,000 12345678901234567890 \xD9\xA3\xD9\xA4 \xE2\x85\xA7 x2=4"),
+        T("llama3-numbers.txt", 4, "3.14159 1,000,000 12345678901234567890 \xD9\xA3\xD9\xA4 \xE2\x85\xA7 x2=4"),
+        T("llama3-contractions.txt", 0, "I'm sure you'll see it's what they've done; I'D SAY WE'RE 'RE' o'\xC5\xBFt"),
+        T("qwen-whitespace.txt", 1, "  a\t\tb   \n\n\r\n  c \xC2\xA0\xE3\x80\x80d     \n   "),
+        T("llama3-special.txt", 6, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
+                                   "<|end_of_text|><|reserved_special_token_0|>"),
+        T("qwen-special.txt", 3, "<|im_start|>user\nhi<|im_end|>\n<|endoftext|><think>x</think><tool_call>"),
+        T("gpt2-pre-mixed.txt", 8, "It's 2024: don't  stop   \xE2\x80\x94 caf\xC3\xA9 x123y \n\n  'LL 'll"),
+        T("smollm-pre-digits.txt", 17, "v1.2.3 ab12cd 007 \xD9\xA3\xD9\xA4x  9 "),
+        T("swapped-pre.txt", 25, "The year 12345 and 67 \r\n\r\n  tabs\t\there 's"),
+        T("llama3-bytes.txt", 0, "\xFF\xFE bad \xC3 \x00 nul \xED\xA0\x80 \xF4\x90\x80\x80 \xE2\x82 's"),
+    };
+    for (size_t i = 0; i < sizeof bpe / sizeof bpe[0]; i++) {
+        Buf b = {0};
+        put_u8(&b, bpe[i].flags);
+        put(&b, bpe[i].text, bpe[i].len);
+        save_buf("bpe", bpe[i].name, b);
+    }
+#undef T
     static const struct { const char *name; const char *args; size_t len; } lines[] = {
 #define A(name, s) {name, s, sizeof s - 1}
         A("generate", "model.bin\0-t\0" "0.8\0-p\0" "0.9\0-n\0" "256\0-i\0Once upon a time\0-s\0" "42"),
