@@ -3706,13 +3706,16 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
-                   .dot = dot_q4_1_plain},
+                   .dot = dot_q4_1_plain,
+                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * (2 + 2)},
     [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
-                   .dot = dot_q5_0},
+                   .dot = dot_q5_0,
+                   .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * 2},
     [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
-                   .dot = dot_q5_1_plain},
+                   .dot = dot_q5_1_plain,
+                   .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * (2 + 2)},
     [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
                    .dot = dot_q2_k_plain,
@@ -3735,7 +3738,8 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .packed_bytes = 16 * QK_K * 6 / 8, .packed_meta_bytes = 16 * (2 + 16)},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
-                     .dot = dot_iq4_nl},
+                     .dot = dot_iq4_nl,
+                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
                      .dot = dot_iq4_xs_plain,
@@ -4155,32 +4159,39 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
 
 /* ----------------------------------------------------------------------------
    Packed integer kernels (AVX-512 VNNI). The layout they read fastest:
-   In row-major Q8_0/Q4_0 each block is one row's 32 values, so a SIMD kernel
+   In row-major blocks each block is one row's values, so a SIMD kernel
    must widen one row's scale per block and add its lanes up per row. Like
    llama.cpp's CPU repacking, we copy each quantized matrix once at load time
-   so that 16 rows travel together: for each group of 16 rows and each block
-   of 32 columns (g, b), in this order,
+   so that 16 rows travel together. First the types of 32-value blocks
+   (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); the K-quants follow. For each
+   group of 16 rows and each block of 32 columns (g, b), in this order,
      quants (Q8_0: 512 bytes) 8 chunks of 64 bytes; in chunk j, row r's four
             values 4j..4j+3 sit at bytes 4r..4r+3, stored plus 128 (0..255);
-            (Q4_0: 256 bytes) 4 chunks; in chunk j, row r's block bytes
+            (the others: 256 bytes) 4 chunks; in chunk j, row r's block bytes
             4j..4j+3 at bytes 4r..4r+3: low nibbles are its values 4j..4j+3,
-            high nibbles 16+4j..16+4j+3, each stored plus 8 (0..15);
-   and after all quants, the scales: 16 fp16 values per (g, b), one per row.
+            high nibbles 16+4j..16+4j+3 (GGUF's own order);
+            (Q5_0, Q5_1: 64 bytes more) bit 4 of q: bit j of byte 4r + i
+            is value 4j + i's;
+   and after all quants, the scales: 16 fp16 values per (g, b), one per
+   row, then (Q4_1, Q5_1) 16 fp16 mins. Stored values are unsigned: Q8_0
+   plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's index, turned by the
+   kernel into iq4nl_values[index] + 128 (packed_offset).
    One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
    four bytes in every lane) and adds into 16 int32 lanes, one per row; a
    block's sums then take one conversion and one multiply-add for all 16
-   rows. Rows past the matrix are zeros. The size equals the original's
-   (plus those padding rows); choose_kernels drops the original pages from
-   memory after the copy (they come back from the file if needed). Types
-   with a packed layout have packed_bytes (bytes of quants per (g, b)) in
-   the weight types' table. */
-
+   rows (and one more for the mins). Rows past the matrix are zeros. The
+   size is about the original's (plus those padding rows); choose_kernels
+   drops the original pages from memory after the copy (they come back
+   from the file if needed). Types with a packed layout have packed_bytes
+   (bytes of quants per (g, b)) and packed_meta_bytes in the weight types'
+   table. */
 // One block of 32 activations quantized for the packed kernels. The packed
-// weights are stored unsigned (Q8_0 plus 128, Q4_0 as its nibbles, value
-// plus 8), so every integer block sum carries offset * sum(q) too.
+// weights are stored unsigned, so every integer block sum carries
+// offset * sum(q) too.
 struct ActBlock {
     float scale;  // x ~ scale * q
     int32_t bias; // offset * sum(q), subtracted from each integer block sum
+    float sum;    // Q4_1, Q5_1: fp16 of sum(x) as Q8_1 keeps it, for the mins
     int8_t q[QK];
 };
 
@@ -4209,60 +4220,102 @@ static const unsigned char *packed_meta(const Matrix *m, size_t gb) {
     return m->packed + (size_t)row_groups(m) * col_blocks(m) * tt->packed_bytes + gb * tt->packed_meta_bytes;
 }
 
-// Q8_0/Q4_0: the scales, 16 fp16 values per block, one per row.
-static const uint16_t *packed_scales(const Matrix *m) { return (const uint16_t *)packed_meta(m, 0); }
+// The 32-value types: what is subtracted from a stored value to give q,
+// whether q has a fifth bit, and whether the block has a min (value = d * q + m).
+static int packed_offset(int type) {
+    switch (type) {
+    case TYPE_Q8_0: case TYPE_IQ4_NL: return 128;
+    case TYPE_Q4_0: return 8;
+    case TYPE_Q5_0: return 16;
+    default: return 0; // Q4_1, Q5_1
+    }
+}
+static int packed_fifth_bit(int type) { return type == TYPE_Q5_0 || type == TYPE_Q5_1; }
+static int packed_mins(int type) { return type == TYPE_Q4_1 || type == TYPE_Q5_1; }
+
+// Block b of a row of a 32-value type: q as stored (see packed_offset;
+// IQ4_NL: the index), d and m (fp16 bits, m 0 without a min).
+static void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *block, int type) {
+    const uint8_t *qs = NULL, *qh = NULL;
+    *m = 0;
+    switch (type) {
+    case TYPE_Q8_0: {
+        const BlockQ8_0 *b = block;
+        *d = b->d;
+        for (int k = 0; k < QK; k++) q[k] = (uint8_t)(b->qs[k] + 128);
+        return;
+    }
+    case TYPE_Q4_0: *d = ((const BlockQ4_0 *)block)->d; qs = ((const BlockQ4_0 *)block)->qs; break;
+    case TYPE_Q4_1: *d = ((const BlockQ4_1 *)block)->d; *m = ((const BlockQ4_1 *)block)->m; qs = ((const BlockQ4_1 *)block)->qs; break;
+    case TYPE_Q5_0: *d = ((const BlockQ5_0 *)block)->d; qs = ((const BlockQ5_0 *)block)->qs; qh = ((const BlockQ5_0 *)block)->qh; break;
+    case TYPE_Q5_1: *d = ((const BlockQ5_1 *)block)->d; *m = ((const BlockQ5_1 *)block)->m; qs = ((const BlockQ5_1 *)block)->qs; qh = ((const BlockQ5_1 *)block)->qh; break;
+    default: *d = ((const BlockIQ4_NL *)block)->d; qs = ((const BlockIQ4_NL *)block)->qs; // IQ4_NL
+    }
+    uint32_t high = qh ? read_qh32(qh) : 0;
+    for (int k = 0; k < QK; k++) q[k] = (uint8_t)((k < 16 ? qs[k] & 0xF : qs[k - 16] >> 4) | ((high >> k) & 1) << 4);
+}
 
 static void pack_matrix_k(unsigned char *dst, const Matrix *m);
 
 // dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
 static void pack_matrix(unsigned char *dst, const Matrix *m) {
     if (type_traits[m->type].act_type == TYPE_Q8_K) { pack_matrix_k(dst, m); return; }
+    const TypeTraits *tt = &type_traits[m->type];
     int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
-    size_t row_bytes = type_row_bytes(m->type, m->cols), quant_bytes = type_traits[m->type].packed_bytes;
-    uint16_t *scales = (uint16_t *)(dst + (size_t)n_groups * n_blocks * quant_bytes);
+    size_t row_bytes = type_row_bytes(m->type, m->cols);
+    unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed_bytes;
     int g;
     #pragma omp parallel for private(g) schedule(static)
     for (g = 0; g < n_groups; g++)
         for (int b = 0; b < n_blocks; b++) {
             size_t gb = (size_t)g * n_blocks + b;
-            unsigned char *quants = dst + gb * quant_bytes;
+            unsigned char *quants = dst + gb * tt->packed_bytes;
+            uint16_t *scales = (uint16_t *)(meta + gb * tt->packed_meta_bytes);
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int row = g * GROUP_ROWS + r;
-                const void *data = (const unsigned char *)m->data + (size_t)row * row_bytes;
-                const BlockQ8_0 *b8 = (const BlockQ8_0 *)data + b;
-                const BlockQ4_0 *b4 = (const BlockQ4_0 *)data + b;
-                const void *quants_in = q8 ? (const void *)b8->qs : (const void *)b4->qs;
-                scales[gb * GROUP_ROWS + r] = row >= m->rows ? 0 : q8 ? b8->d : b4->d;
-                for (int j = 0; j < (q8 ? 8 : 4); j++) { // four bytes at a time
-                    uint32_t v = q8 ? 0 : 0x88888888u; // a zero value, as stored
-                    if (row < m->rows) memcpy(&v, (const unsigned char *)quants_in + 4 * j, 4);
-                    if (q8) v ^= 0x80808080u; // int8 + 128
-                    memcpy(quants + j * 64 + r * 4, &v, 4);
+                uint8_t q[QK] = {0};
+                uint16_t d = 0, min = 0; // padding rows: d = 0 makes them zeros
+                if (row < m->rows) unpack_block32(q, &d, &min, (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes, m->type);
+                scales[r] = d;
+                if (packed_mins(m->type)) scales[GROUP_ROWS + r] = min;
+                for (int i = 0; i < 4; i++) {
+                    if (q8) {
+                        for (int j = 0; j < 8; j++) quants[64 * j + 4 * r + i] = q[4 * j + i];
+                        continue;
+                    }
+                    uint8_t high = 0;
+                    for (int j = 0; j < 8; j++) high |= (uint8_t)(((q[4 * j + i] >> 4) & 1) << j);
+                    for (int j = 0; j < 4; j++) quants[64 * j + 4 * r + i] = (uint8_t)((q[4 * j + i] & 0xF) | (q[16 + 4 * j + i] & 0xF) << 4);
+                    if (packed_fifth_bit(m->type)) quants[256 + 4 * r + i] = high;
                 }
             }
         }
 }
 
-// Row r's value k (0..31) of block (g, b) as stored: plus 128 (Q8_0) or 8 (Q4_0).
+// Row r's value k (0..31) of block (g, b) as the kernels multiply it:
+// q plus packed_offset (IQ4_NL: iq4nl_values[index] + 128).
 static int packed_value(const unsigned char *quants, int r, int k, int type) {
     if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
     unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
-    return k < 16 ? byte & 0xF : byte >> 4;
+    int q = k < 16 ? byte & 0xF : byte >> 4;
+    if (packed_fifth_bit(type)) q |= ((quants[256 + r * 4 + k % 4] >> (k / 4)) & 1) << 4;
+    return type == TYPE_IQ4_NL ? iq4nl_values[q] + 128 : q;
 }
 
 // x (cols) as ActBlocks against a matrix of type (the offset of its stored
-// values), as llama.cpp quantizes activations: d = amax / 127, q = x / d
-// rounded (to nearest even, the SIMD conversion's mode), and the scale kept
-// in fp16 precision. x is finite (the dispatch checks).
+// values), as llama.cpp quantizes activations on x86: d = amax / 127, q =
+// x / d (Q8_1 for the types with mins: x * (127 / amax)) rounded to nearest
+// even, the scale kept in fp16 precision and (with mins) sum = fp16 of
+// d * sum(q). x is finite (the dispatch checks).
 static void quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
-    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    int offset = packed_offset(type), mins = packed_mins(type);
     for (int b = 0; b * QK < cols; b++) {
         int len = cols - b * QK < QK ? cols - b * QK : QK;
         const float *xb = x + (size_t)b * QK;
         float amax = 0.0f;
         for (int k = 0; k < len; k++) amax = fmaxf(amax, fabsf(xb[k]));
-        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        if (!isfinite(id)) id = 0.0f; // d so tiny that 1/d overflows: zeros
+        float d = amax / 127.0f, id = mins ? (amax != 0.0f ? 127.0f / amax : 0.0f) : d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f; // so tiny that the inverse overflows: zeros
         int sum = 0;
         for (int k = 0; k < QK; k++) {
             int q = k < len ? (int)nearbyintf(xb[k] * id) : 0;
@@ -4271,25 +4324,28 @@ static void quantize_act_plain(ActBlock *out, const float *x, int cols, int type
         }
         out[b].scale = f16_to_f32(f32_to_f16(d));
         out[b].bias = offset * sum;
+        out[b].sum = mins ? f16_to_f32(f32_to_f16(sum * d)) : 0.0f;
     }
 }
 
 // 16 rows of the packed matrix (group g) against one position x: out[r]
 // for r < 16. Per block: the exact integer sum, less x's bias, times
-// (row scale * x scale), added with one rounding (fmaf) in block order: the
-// SIMD kernels do the same operations per lane, so they agree bit for bit.
+// (row scale * x scale), added with one rounding (fmaf) in block order,
+// then (with mins) row min * x's sum, likewise: the SIMD kernels do the
+// same operations per lane, so they agree bit for bit.
 static void packed_position_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
+    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
+        const uint16_t *scales = (const uint16_t *)packed_meta(m, gb);
         for (int r = 0; r < GROUP_ROWS; r++) {
             int32_t sum = 0;
             for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
             sum -= x[b].bias;
-            acc[r] = fmaf((float)sum, f16_to_f32(scales[gb * GROUP_ROWS + r]) * x[b].scale, acc[r]);
+            acc[r] = fmaf((float)sum, f16_to_f32(scales[r]) * x[b].scale, acc[r]);
+            if (mins) acc[r] = fmaf(f16_to_f32(scales[GROUP_ROWS + r]), x[b].sum, acc[r]);
         }
     }
     memcpy(out, acc, sizeof acc);
@@ -4308,31 +4364,61 @@ static void prefetch_ahead(const Matrix *m, size_t gb) {
     for (size_t i = from; i < from + block && i < end; i += 64) _mm_prefetch((const char *)m->packed + i, _MM_HINT_T0);
 }
 
+// Bits `from`.. of each byte of v, moved to bits `to`.. and masked to `mask`
+// (shifting 16-bit lanes: the mask drops what crosses from the next byte).
+static inline __m512i move_bits(__m512i v, int from, int to, int mask) {
+    if (to > from) v = _mm512_slli_epi16(v, (unsigned)(to - from));
+    if (from > to) v = _mm512_srli_epi16(v, (unsigned)(from - to));
+    return _mm512_and_si512(v, _mm512_set1_epi8((char)mask));
+}
+
+// iq4nl_values + 128 in each 16-byte lane, for a byte shuffle by index.
+static inline __m512i iq4nl_table(void) {
+    __m128i values = _mm_loadu_si128((const __m128i *)iq4nl_values);
+    return _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
+}
+
 // Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
-static void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
+static inline void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
     if (type == TYPE_Q8_0) {
         for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
-    } else {
-        __m512i low = _mm512_set1_epi8(0x0F);
-        for (int j = 0; j < 4; j++) {
-            __m512i v = _mm512_loadu_si512(quants + 64 * j);
-            w[j] = _mm512_and_si512(v, low);
-            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        }
+        return;
     }
+    for (int j = 0; j < 4; j++) {
+        __m512i v = _mm512_loadu_si512(quants + 64 * j);
+        w[j] = move_bits(v, 0, 0, 0x0F);
+        w[j + 4] = move_bits(v, 4, 0, 0x0F);
+    }
+    if (packed_fifth_bit(type)) {
+        __m512i high = _mm512_loadu_si512(quants + 256);
+        for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], move_bits(high, j, 4, 0x10));
+    }
+    if (type == TYPE_IQ4_NL)
+        for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(iq4nl_table(), w[j]);
+}
+
+// The scales (and mins) of block gb's 16 rows.
+static __m512 group_scales(const Matrix *m, size_t gb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)packed_meta(m, gb)));
+}
+static __m512 group_mins(const Matrix *m, size_t gb) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(packed_meta(m, gb) + 2 * GROUP_ROWS)));
+}
+
+// acc (16 rows) + one block's integer sums (sum): less the bias, scaled,
+// then the mins times x's sum.
+static inline __m512 group_block_end(__m512 acc, __m512i sum, const Matrix *m, size_t gb, const ActBlock *x, int mins) {
+    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(group_scales(m, gb), _mm512_set1_ps(x->scale)), acc);
+    return mins ? _mm512_fmadd_ps(group_mins(m, gb), _mm512_set1_ps(x->sum), acc) : acc;
 }
 
 // acc (16 rows) + one block: VNNI sums of unsigned weights times x's signed
-// bytes (four per lane per step), less the bias, scaled.
-static __m512 group_block(__m512 acc, const __m512i w[8], __m512 row_scales, const ActBlock *x) {
+// bytes (four per lane per step), then group_block_end.
+static inline __m512 group_block(__m512 acc, const __m512i w[8], const Matrix *m, size_t gb, const ActBlock *x, int mins) {
     __m512i sum = _mm512_setzero_si512();
     for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x->q + 4 * j)));
-    sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(row_scales, _mm512_set1_ps(x->scale)), acc);
-}
-
-static __m512 group_scales(const uint16_t *scales) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scales));
+    return group_block_end(acc, sum, m, gb, x, mins);
 }
 
 // Positions per prefill tile: 8 float sums, 8 integer sums and 8 weight
@@ -4345,8 +4431,7 @@ static __m512 group_scales(const uint16_t *scales) {
 // (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
 // same operations as group_block, so the results are identical.
 static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
+    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
     __m512 acc[PACKED_TOKENS];
     #pragma GCC unroll 8
     for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
@@ -4361,13 +4446,8 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
             #pragma GCC unroll 8
             for (int t = 0; t < PACKED_TOKENS; t++)
                 sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
-        __m512 row_scales = group_scales(scales + gb * GROUP_ROWS);
         #pragma GCC unroll 8
-        for (int t = 0; t < PACKED_TOKENS; t++) {
-            const ActBlock *xb = x + (size_t)t * n_blocks + b;
-            __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(xb->bias));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(row_scales, _mm512_set1_ps(xb->scale)), acc[t]);
-        }
+        for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block_end(acc[t], sum[t], m, gb, x + (size_t)t * n_blocks + b, mins);
     }
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     #pragma GCC unroll 8
@@ -4378,8 +4458,7 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
 // and rows r < n_rows of group g.
 static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
     if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
-    int n_blocks = col_blocks(m);
-    const uint16_t *scales = packed_scales(m);
+    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
         __m512 sum = _mm512_setzero_ps();
@@ -4388,7 +4467,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
             __m512i w[8];
             if (t == 0) prefetch_ahead(m, gb);
             load_group_block(w, packed_quants(m, gb), m->type);
-            sum = group_block(sum, w, group_scales(scales + gb * GROUP_ROWS), x + (size_t)t * n_blocks + b);
+            sum = group_block(sum, w, m, gb, x + (size_t)t * n_blocks + b, mins);
         }
         _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
     }
@@ -4413,19 +4492,21 @@ static void packed_group_plain(float *out, size_t out_stride, const Matrix *m, i
 static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
     int b = 0;
 #if HAVE_AVX512_VNNI
-    int offset = type == TYPE_Q8_0 ? 128 : 8;
+    int offset = packed_offset(type), mins = packed_mins(type);
     for (; (b + 1) * QK <= cols; b++) {
         __m512 v0 = _mm512_loadu_ps(x + (size_t)b * QK), v1 = _mm512_loadu_ps(x + (size_t)b * QK + 16);
         __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        float d = amax / 127.0f, id = mins ? (amax != 0.0f ? 127.0f / amax : 0.0f) : d > 0.0f ? 1.0f / d : 0.0f;
         if (!isfinite(id)) id = 0.0f;
         __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
         __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
         _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
+        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
         out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
-        out[b].bias = offset * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        out[b].bias = offset * sum;
+        out[b].sum = mins ? _cvtsh_ss(_cvtss_sh(sum * d, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
     }
 #endif
     quantize_act_plain(out + b, x + (size_t)b * QK, cols - b * QK, type);
@@ -4643,14 +4724,6 @@ static void packed_k_group_plain(float *out, size_t out_stride, const Matrix *m,
 
 #if HAVE_AVX512_VNNI
 
-// Bits `from`.. of each byte of v, moved to bits `to`.. and masked to `mask`
-// (shifting 16-bit lanes: the mask drops what crosses from the next byte).
-static inline __m512i move_bits(__m512i v, int from, int to, int mask) {
-    if (to > from) v = _mm512_slli_epi16(v, (unsigned)(to - from));
-    if (from > to) v = _mm512_srli_epi16(v, (unsigned)(from - to));
-    return _mm512_and_si512(v, _mm512_set1_epi8((char)mask));
-}
-
 // Chunk c of a super-block's quants: 16 rows' q as unsigned bytes.
 static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
     __m512i q = _mm512_setzero_si512();
@@ -4668,11 +4741,7 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
         __m512i v = _mm512_loadu_si512(quants + plane_start(f, 1) + 64 * (c % 8));
         q = _mm512_or_si512(q, move_bits(v, c / 8, bits, 1 << bits));
     }
-    if (f.lookup) { // iq4nl_values + 128, looked up in each 16-byte lane
-        __m128i values = _mm_loadu_si128((const __m128i *)iq4nl_values);
-        const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
-        q = _mm512_shuffle_epi8(table, q);
-    }
+    if (f.lookup) q = _mm512_shuffle_epi8(iq4nl_table(), q);
     return q;
 }
 

@@ -1736,7 +1736,8 @@ static void test_exp_row(void) {
    for tiles of positions (prefill), with 1 and 2 threads. */
 
 // The types with a packed layout.
-static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
+static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL,
+                                    TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
 enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
 
 // A random matrix (rows, cols) of a packed type, packed; free data and packed.
@@ -1756,9 +1757,11 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
     uint16_t d, dmin;
     memcpy(&d, meta + 2 * r, 2);
-    switch (m->type) {
-    case TYPE_Q8_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 128);
-    case TYPE_Q4_0: return f16_to_f32(d) * (packed_value(quants, r, k, m->type) - 8);
+    if (type_traits[m->type].block_size == QK) {
+        float value = f16_to_f32(d) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
+        if (!packed_mins(m->type)) return value;
+        memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
+        return value + f16_to_f32(dmin);
     }
     PackedK f = packed_k_format(m->type);
     int j = k / (QK_K / f.n_subs), sc = (int8_t)meta[meta_sc(f) + 16 * j + r], q = packed_k_value(quants, r, k, f);
@@ -1793,7 +1796,7 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every value and scale (Q8_0, Q4_0, the K-quants, IQ4_XS), padded blocks as stored, zero rows past the edge", bad == 0,
+    report("kernels: pack_matrix keeps every value, scale and min (all 12 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
            "%d values, %d off%s", checked, bad, where);
 }
 
@@ -1811,7 +1814,7 @@ static void test_quantize_act(void) {
             if (trial == 1) for (int j = 0; j < cols; j++) x[j] *= 1e-30f; // 1/scale overflows: zeros
             if (trial == 2) for (int j = 0; j < cols; j++) x[j] = 0.0f;
             if (trial == 3) for (int j = 0; j < cols; j++) x[j] = (j % 7 - 3) * 0.5f; // halves: round to even
-            int type = trial % 2 ? TYPE_Q4_0 : TYPE_Q8_0;
+            int type = trial % 3 == 2 ? TYPE_Q4_1 : trial % 3 ? TYPE_Q4_0 : TYPE_Q8_0; // offsets 128, 8; Q8_1's sums
             quantize_act(fast, x, cols, type);
             quantize_act_plain(plain, x, cols, type);
             if (memcmp(fast, plain, (size_t)n_blocks * sizeof(ActBlock)) != 0 && !bad++)
