@@ -4191,8 +4191,8 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
 struct ActBlock {
     float scale;  // x ~ scale * q
     int32_t bias; // offset * sum(q), subtracted from each integer block sum
-    float sum;    // Q4_1, Q5_1: fp16 of sum(x) as Q8_1 keeps it, for the mins
     int8_t q[QK];
+    float sum;    // Q4_1, Q5_1: fp16 of d * sum(q) as Q8_1 keeps it, for the mins
 };
 
 #define GROUP_ROWS 16
@@ -4379,7 +4379,7 @@ static inline __m512i iq4nl_table(void) {
 }
 
 // Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
-static inline void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
+static inline __attribute__((always_inline)) void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
     if (type == TYPE_Q8_0) {
         for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
         return;
@@ -4397,28 +4397,17 @@ static inline void load_group_block(__m512i w[8], const unsigned char *quants, i
         for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(iq4nl_table(), w[j]);
 }
 
-// The scales (and mins) of block gb's 16 rows.
-static __m512 group_scales(const Matrix *m, size_t gb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)packed_meta(m, gb)));
-}
-static __m512 group_mins(const Matrix *m, size_t gb) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(packed_meta(m, gb) + 2 * GROUP_ROWS)));
+// 16 fp16 values (a block's row scales, or its mins) as floats.
+static inline __m512 group_halves(const unsigned char *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-// acc (16 rows) + one block's integer sums (sum): less the bias, scaled,
-// then the mins times x's sum.
-static inline __m512 group_block_end(__m512 acc, __m512i sum, const Matrix *m, size_t gb, const ActBlock *x, int mins) {
+// acc (16 rows) + one block's integer sums (sum): less the bias, times the
+// row scales and x's, then (mins) the row mins times x's sum.
+static inline __m512 group_block_end(__m512 acc, __m512i sum, __m512 scales, __m512 row_mins, const ActBlock *x, int mins) {
     sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(x->bias));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(group_scales(m, gb), _mm512_set1_ps(x->scale)), acc);
-    return mins ? _mm512_fmadd_ps(group_mins(m, gb), _mm512_set1_ps(x->sum), acc) : acc;
-}
-
-// acc (16 rows) + one block: VNNI sums of unsigned weights times x's signed
-// bytes (four per lane per step), then group_block_end.
-static inline __m512 group_block(__m512 acc, const __m512i w[8], const Matrix *m, size_t gb, const ActBlock *x, int mins) {
-    __m512i sum = _mm512_setzero_si512();
-    for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x->q + 4 * j)));
-    return group_block_end(acc, sum, m, gb, x, mins);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(scales, _mm512_set1_ps(x->scale)), acc);
+    return mins ? _mm512_fmadd_ps(row_mins, _mm512_set1_ps(x->sum), acc) : acc;
 }
 
 // Positions per prefill tile: 8 float sums, 8 integer sums and 8 weight
@@ -4429,16 +4418,19 @@ static inline __m512 group_block(__m512 acc, const __m512i w[8], const Matrix *m
 // rows. For each block, chunk by chunk, every position's integer sum takes
 // one VNNI step, so consecutive steps on one sum are 8 instructions apart
 // (VNNI latency is about 4 cycles on 2 units). Per (position, block) the
-// same operations as group_block, so the results are identical.
-static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
-    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
+// same operations as packed_group's one position, so the results are identical.
+static inline __attribute__((always_inline)) void packed_tile_as(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                  const ActBlock *x, int n_rows, int type, int mins) {
+    int n_blocks = col_blocks(m);
+    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     __m512 acc[PACKED_TOKENS];
     #pragma GCC unroll 8
     for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = _mm512_setzero_ps();
-    for (int b = 0; b < n_blocks; b++) {
+    for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
         __m512i w[8], sum[PACKED_TOKENS];
-        load_group_block(w, packed_quants(m, gb), m->type);
+        load_group_block(w, packed_quants(m, gb), type);
         #pragma GCC unroll 8
         for (int t = 0; t < PACKED_TOKENS; t++) sum[t] = _mm512_setzero_si512();
         #pragma GCC unroll 8
@@ -4446,12 +4438,25 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
             #pragma GCC unroll 8
             for (int t = 0; t < PACKED_TOKENS; t++)
                 sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
+        __m512 scales = group_halves(meta), row_mins = mins ? group_halves(meta + 2 * GROUP_ROWS) : scales;
         #pragma GCC unroll 8
-        for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block_end(acc[t], sum[t], m, gb, x + (size_t)t * n_blocks + b, mins);
+        for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block_end(acc[t], sum[t], scales, row_mins, x + (size_t)t * n_blocks + b, mins);
     }
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     #pragma GCC unroll 8
     for (int t = 0; t < PACKED_TOKENS; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
+}
+
+// packed_tile_as compiled for each type (a constant once inlined).
+static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_rows) {
+    switch (m->type) {
+    case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q8_0, 0); break;
+    case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q4_0, 0); break;
+    case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q4_1, 1); break;
+    case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q5_0, 0); break;
+    case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q5_1, 1); break;
+    default: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_IQ4_NL, 0);
+    }
 }
 
 // out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
@@ -4459,17 +4464,21 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
 static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
     if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
     int n_blocks = col_blocks(m), mins = packed_mins(m->type);
+    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
-        __m512 sum = _mm512_setzero_ps();
-        for (int b = 0; b < n_blocks; b++) {
+        __m512 acc = _mm512_setzero_ps();
+        const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks);
+        for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
             size_t gb = (size_t)g * n_blocks + b;
-            __m512i w[8];
+            const ActBlock *xb = x + (size_t)t * n_blocks + b;
+            __m512i w[8], sum = _mm512_setzero_si512();
             if (t == 0) prefetch_ahead(m, gb);
             load_group_block(w, packed_quants(m, gb), m->type);
-            sum = group_block(sum, w, m, gb, x + (size_t)t * n_blocks + b, mins);
+            for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)xb->q + 4 * j)));
+            acc = group_block_end(acc, sum, group_halves(meta), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
         }
-        _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, sum);
+        _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc);
     }
 }
 
@@ -4780,11 +4789,12 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
                                                                  const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
     int n_blocks = col_blocks(m);
+    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
-    for (int b = 0; b < n_blocks; b++) {
+    for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
-        const unsigned char *meta = packed_meta(m, gb);
         if (n_t == 1) prefetch_ahead(m, gb);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
         packed_k_sums(sumi, summ, packed_quants(m, gb), meta, x + b, (size_t)n_blocks, n_t, f);
