@@ -4255,13 +4255,33 @@ static void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *
     for (int k = 0; k < QK; k++) q[k] = (uint8_t)((k < 16 ? qs[k] & 0xF : qs[k - 16] >> 4) | ((high >> k) & 1) << 4);
 }
 
-static void pack_matrix_k(unsigned char *dst, const Matrix *m);
+// Row r of block (g, b) of a 32-value type into the packed layout; block
+// NULL: a padding row (d = 0 makes it zeros).
+static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
+    uint8_t q[QK] = {0};
+    uint16_t d = 0, min = 0, *scales = (uint16_t *)meta;
+    if (block) unpack_block32(q, &d, &min, block, type);
+    scales[r] = d;
+    if (packed_mins(type)) scales[GROUP_ROWS + r] = min;
+    for (int i = 0; i < 4; i++) {
+        if (type == TYPE_Q8_0) {
+            for (int j = 0; j < 8; j++) quants[64 * j + 4 * r + i] = q[4 * j + i];
+            continue;
+        }
+        uint8_t high = 0;
+        for (int j = 0; j < 8; j++) high |= (uint8_t)(((q[4 * j + i] >> 4) & 1) << j);
+        for (int j = 0; j < 4; j++) quants[64 * j + 4 * r + i] = (uint8_t)((q[4 * j + i] & 0xF) | (q[16 + 4 * j + i] & 0xF) << 4);
+        if (packed_fifth_bit(type)) quants[256 + 4 * r + i] = high;
+    }
+}
 
-// dst (packed_size bytes, 64-byte aligned) = m's weights in the packed layout.
+static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block, int type);
+
+// dst (packed_size bytes, 64-byte aligned) = m's weights in the packed
+// layout, row by row of each (g, b): pack_row32, or the K-quants' pack_k_row.
 static void pack_matrix(unsigned char *dst, const Matrix *m) {
-    if (type_traits[m->type].act_type == TYPE_Q8_K) { pack_matrix_k(dst, m); return; }
     const TypeTraits *tt = &type_traits[m->type];
-    int n_groups = row_groups(m), n_blocks = col_blocks(m), q8 = m->type == TYPE_Q8_0;
+    int n_groups = row_groups(m), n_blocks = col_blocks(m), k_quant = tt->act_type == TYPE_Q8_K;
     size_t row_bytes = type_row_bytes(m->type, m->cols);
     unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed_bytes;
     int g;
@@ -4269,25 +4289,11 @@ static void pack_matrix(unsigned char *dst, const Matrix *m) {
     for (g = 0; g < n_groups; g++)
         for (int b = 0; b < n_blocks; b++) {
             size_t gb = (size_t)g * n_blocks + b;
-            unsigned char *quants = dst + gb * tt->packed_bytes;
-            uint16_t *scales = (uint16_t *)(meta + gb * tt->packed_meta_bytes);
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int row = g * GROUP_ROWS + r;
-                uint8_t q[QK] = {0};
-                uint16_t d = 0, min = 0; // padding rows: d = 0 makes them zeros
-                if (row < m->rows) unpack_block32(q, &d, &min, (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes, m->type);
-                scales[r] = d;
-                if (packed_mins(m->type)) scales[GROUP_ROWS + r] = min;
-                for (int i = 0; i < 4; i++) {
-                    if (q8) {
-                        for (int j = 0; j < 8; j++) quants[64 * j + 4 * r + i] = q[4 * j + i];
-                        continue;
-                    }
-                    uint8_t high = 0;
-                    for (int j = 0; j < 8; j++) high |= (uint8_t)(((q[4 * j + i] >> 4) & 1) << j);
-                    for (int j = 0; j < 4; j++) quants[64 * j + 4 * r + i] = (uint8_t)((q[4 * j + i] & 0xF) | (q[16 + 4 * j + i] & 0xF) << 4);
-                    if (packed_fifth_bit(m->type)) quants[256 + 4 * r + i] = high;
-                }
+                const unsigned char *block = row < m->rows ? (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes : NULL;
+                if (k_quant) pack_k_row(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
+                else pack_row32(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
             }
         }
 }
@@ -4653,24 +4659,6 @@ static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const 
                 uint8_t *p = quants + plane_start(f, 1) + 64 * (c % 8) + 4 * r + i;
                 int bit = (q >> (low + (f.planes & 2 ? 2 : 0))) & 1;
                 *p = c < 8 ? (uint8_t)bit : (uint8_t)(*p | bit << (c / 8));
-            }
-        }
-}
-
-static void pack_matrix_k(unsigned char *dst, const Matrix *m) {
-    const TypeTraits *tt = &type_traits[m->type];
-    int n_groups = row_groups(m), n_blocks = col_blocks(m);
-    size_t row_bytes = type_row_bytes(m->type, m->cols);
-    unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed_bytes;
-    int g;
-    #pragma omp parallel for private(g) schedule(static)
-    for (g = 0; g < n_groups; g++)
-        for (int b = 0; b < n_blocks; b++) {
-            size_t gb = (size_t)g * n_blocks + b;
-            for (int r = 0; r < GROUP_ROWS; r++) {
-                int row = g * GROUP_ROWS + r;
-                const unsigned char *block = row < m->rows ? (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes : NULL;
-                pack_k_row(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
             }
         }
 }

@@ -381,23 +381,30 @@ static void gguf_seeds(void) {
 
 /* ---- texts and command lines ---- */
 
+// A seed of a text target: a flag byte, then the text.
+typedef struct { const char *name; unsigned char flags; const char *text; size_t len; } TextSeed;
+
+static void save_text_seeds(const char *target, const TextSeed *seeds, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        Buf b = {0};
+        put_u8(&b, seeds[i].flags);
+        put(&b, seeds[i].text, seeds[i].len);
+        save_buf(target, seeds[i].name, b);
+    }
+}
+
 static void text_seeds(void) {
-    static const struct { const char *name; unsigned char flags; const char *text; size_t len; } texts[] = {
+    static const TextSeed texts[] = {
 #define T(name, flags, s) {name, flags, s, sizeof s - 1}
         T("llama2-bos.txt", 3, "Hello, world! caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 1234"),
         T("tok512-bos-eos.txt", 6, "  Once upon  a time,\tthere was a   dog.  \n"),
         T("llama2-hostile.txt", 1, "\xFF\xFE bad \xC3 \x00 nul \xE2\x96\x81sym \xED\xA0\x80 \xF4\x90\x80\x80"),
         T("tok512-bytes.txt", 0, "\r\n\x01\x7F <s></s><unk><0x41> \xEF\xBB\xBF"),
     };
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        Buf b = {0};
-        put_u8(&b, texts[i].flags);
-        put(&b, texts[i].text, texts[i].len);
-        save_buf("encode", texts[i].name, b);
-    }
+    save_text_seeds("encode", texts, sizeof texts / sizeof texts[0]);
     // fuzz_bpe: the same flag byte (bit 0: Qwen's vocabulary, else Llama 3's; bits 3-4: another
     // pre-tokenizer: 1 GPT-2, 2 smollm, 3 Llama 3's for Qwen and Qwen 2's for Llama 3), then the text
-    static const struct { const char *name; unsigned char flags; const char *text; size_t len; } bpe[] = {
+    static const TextSeed bpe[] = {
         T("llama3-ascii.txt", 2, "Hello, world! The quick brown fox jumps over the lazy dog."),
         T("qwen-cjk.txt", 1, "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xE3\x80\x82 "
                              "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA8\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4"),
@@ -406,7 +413,7 @@ static void text_seeds(void) {
         T("qwen-numbers.txt", 7, "3.14159 1,000,000 12345678901234567890 \xD9\xA3\xD9\xA4 \xE2\x85\xA7 x2=4"),
         T("llama3-numbers.txt", 4, "3.14159 1,000,000 12345678901234567890 \xD9\xA3\xD9\xA4 \xE2\x85\xA7 x2=4"),
         T("llama3-contractions.txt", 0, "I'm sure you'll see it's what they've done; I'D SAY WE'RE 'RE' o'\xC5\xBFt"),
-        T("qwen-whitespace.txt", 1, "  a\t\tb   \n\n\r\n  c \xC2\xA0\xE3\x80\x80d     \n   "),
+        T("qwen-whitespace.txt", 1, "  a\t\tb   \n\n\r\n  c \xC2\xA0\xE3\x80\x80" "d     \n   "),
         T("llama3-special.txt", 6, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nhi<|eot_id|>"
                                    "<|end_of_text|><|reserved_special_token_0|>"),
         T("qwen-special.txt", 3, "<|im_start|>user\nhi<|im_end|>\n<|endoftext|><think>x</think><tool_call>"),
@@ -415,12 +422,7 @@ static void text_seeds(void) {
         T("swapped-pre.txt", 25, "The year 12345 and 67 \r\n\r\n  tabs\t\there 's"),
         T("llama3-bytes.txt", 0, "\xFF\xFE bad \xC3 \x00 nul \xED\xA0\x80 \xF4\x90\x80\x80 \xE2\x82 's"),
     };
-    for (size_t i = 0; i < sizeof bpe / sizeof bpe[0]; i++) {
-        Buf b = {0};
-        put_u8(&b, bpe[i].flags);
-        put(&b, bpe[i].text, bpe[i].len);
-        save_buf("bpe", bpe[i].name, b);
-    }
+    save_text_seeds("bpe", bpe, sizeof bpe / sizeof bpe[0]);
 #undef T
     static const struct { const char *name; const char *args; size_t len; } lines[] = {
 #define A(name, s) {name, s, sizeof s - 1}
