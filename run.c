@@ -141,7 +141,7 @@ typedef struct {
 // Positions per prefill block: forward_batch evaluates longer runs block by
 // block. A multiple of every TILE_TOKENS, so BATCH * cols floats are enough
 // room for the F32 prefill tiles.
-#define BATCH 64
+#define BATCH 128
 
 // What the matrix products (engine room) need besides their operands, for
 // up to BATCH positions of up to max_cols = max(dim, hidden_dim) inputs.
@@ -2018,6 +2018,8 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
      HAVE_AVX512       AVX-512 F, BW and VL, on top of AVX2
      HAVE_AVX512_VNNI  AVX-512 VNNI: the packed integer kernels
      HAVE_AVX_VNNI     the 256-bit VNNI of AVX-VNNI (Alder Lake on)
+     HAVE_AMX          AMX tiles with int8 products (and AVX-512 VBMI):
+                       prefill of the K-quants, where Linux allows it
      HAVE_NEON         ARM64's Advanced SIMD
      HAVE_DOTPROD      ARM's SDOT (armv8.2-a+dotprod) */
 
@@ -2036,6 +2038,13 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
 #define HAVE_AVX512_VNNI 1
 #else
 #define HAVE_AVX512_VNNI 0
+#endif
+#if HAVE_AVX512_VNNI && defined(__AVX512VBMI__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#define HAVE_AMX 1
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#else
+#define HAVE_AMX 0
 #endif
 #if HAVE_AVX2 && defined(__AVXVNNI__)
 #define HAVE_AVX_VNNI 1
@@ -4364,10 +4373,11 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // for while gb is computed. Measured on tl1b Q4_K_M, 2 threads: 28 -> 30 tok/s.
 #define PREFETCH_BYTES 4096
 
-static void prefetch_ahead(const Matrix *m, size_t gb) {
-    size_t block = type_traits[m->type].packed_bytes, from = gb * block + PREFETCH_BYTES;
-    size_t end = (size_t)row_groups(m) * col_blocks(m) * block;
-    for (size_t i = from; i < from + block && i < end; i += 64) _mm_prefetch((const char *)m->packed + i, _MM_HINT_T0);
+// quants: the block being computed; end: the end of the matrix's quants
+// (computed once per call: this runs per block).
+static void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
+    for (const unsigned char *p = quants + PREFETCH_BYTES; p < quants + PREFETCH_BYTES + block_bytes && p < end; p += 64)
+        _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
 // Bits `from`.. of each byte of v, moved to bits `to`.. and masked to `mask`
@@ -4472,6 +4482,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
     int n_blocks = col_blocks(m), mins = packed_mins(m->type);
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
         __m512 acc = _mm512_setzero_ps();
         const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks);
@@ -4479,7 +4490,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
             size_t gb = (size_t)g * n_blocks + b;
             const ActBlock *xb = x + (size_t)t * n_blocks + b;
             __m512i w[8], sum = _mm512_setzero_si512();
-            if (t == 0) prefetch_ahead(m, gb);
+            if (t == 0) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes);
             load_group_block(w, packed_quants(m, gb), m->type);
             for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)xb->q + 4 * j)));
             acc = group_block_end(acc, sum, group_halves(meta), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
@@ -4781,9 +4792,10 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
+    const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
-        if (n_t == 1) prefetch_ahead(m, gb);
+        if (n_t == 1) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
         packed_k_sums(sumi, summ, packed_quants(m, gb), meta, x + b, (size_t)n_blocks, n_t, f);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
@@ -4798,12 +4810,176 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     for (int t = 0; t < n_t; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc[t]);
 }
 
-// A tile of PACKED_TOKENS positions, or one position at a time, for one
-// format (a constant once inlined).
+#if HAVE_AMX
+/* Prefill on AMX, Intel's tile unit (Sapphire Rapids on). One instruction
+   multiplies a 16 x 64 tile of signed bytes (16 positions' activations) by
+   a 64 x 16 tile (16 rows' weights: 16 of our chunks) into 16 x 16 int32
+   sums: 16,384 multiply-adds, where one VNNI step does 64. A tile product
+   sums over 64 values, across sub-blocks, so the sub-block scales go into
+   the weights first: w = sc_j * (q - offset), at most 4096 in magnitude
+   (Q6_K: 128 * 32), split into a signed high byte and an unsigned low byte,
+       sum of w * x = 256 * (sum of high * x) + (sum of low * x),
+   two tile products, both exact. That is the K-quant kernels' sumi; summ
+   is a third, x by each row's sub-block mins (m_j at each of j's values).
+   The float operations are then the plain twin's, so the outputs are bit
+   for bit packed_k_group_plain's. Each (g, b) is decoded once per call and
+   serves all its positions. Linux hands out the tile state on request
+   (amx_ready); where it does not, the VNNI tiles run. */
+
+#define AMX_TOKENS 16 // positions per tile product: a tile has 16 rows
+
+// What LDTILECFG reads: each tile register's shape.
+typedef struct {
+    uint8_t palette;        // 1: 8 tiles of up to 16 rows of 64 bytes
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t row_bytes[16];
+    uint8_t rows[16];
+} TileConfig;
+_Static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+
+// The tiles, all 16 rows of 64 bytes (the intrinsics take their numbers as
+// literals): 0 and 1 the int32 sums of the high and the low weight bytes,
+// 2 16 positions' activations, 3 and 4 the high and low bytes; 5 the sums
+// of the mins, 6 the mins.
+#define N_TILES 7
+
+// 1 if this process may use the tiles. Linux grants them on request (8 KB
+// more state to save per thread); asked once, before the threads start.
+static int amx_ready(void) {
+    static int state = -1;
+    if (state < 0) state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    return state;
+}
+
+/* One thread at a time uses the tiles; the others meanwhile run the VNNI
+   tiles. On our 2-vCPU machines two threads in AMX together did no more
+   than one (Q4_K 2048 x 2048, 64 positions: 276 GMAC/s against 280 for one
+   thread: the tile unit is shared), while one in AMX beside one in VNNI did
+   419 (VNNI alone: 321). */
+static atomic_int amx_in_use;
+
+static int amx_take(void) { return !atomic_exchange_explicit(&amx_in_use, 1, memory_order_acquire); }
+static void amx_give(void) { atomic_store_explicit(&amx_in_use, 0, memory_order_release); }
+
+// Each row's scale (int32 lanes) as int16 lanes lined up with a chunk's
+// bytes after unpack_bytes: row 4L + 2 * half + i / 4 in word i of lane L.
+// A chunk's signed bytes as int16: the low (half 0) or high 8 bytes of each
+// 128-bit lane, the order packs_epi16 puts back.
+static inline __m512i unpack_bytes(__m512i v, int half) {
+    __m512i pairs = half ? _mm512_unpackhi_epi8(v, v) : _mm512_unpacklo_epi8(v, v);
+    return _mm512_srai_epi16(pairs, 8);
+}
+
+// Each row's scale (int32 lanes, -128..127) as int16 lanes lined up with a
+// chunk's after unpack_bytes: row 4L + 2 * half + i / 4 in word i of lane L.
+static inline __m512i row_words(__m512i per_row, int half) {
+    __m512i four = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    return unpack_bytes(_mm512_shuffle_epi8(per_row, four), half); // each row's low byte, four times
+}
+
+// Super-block (g, b)'s w = sc_j * (q - offset) as bytes in the chunk layout
+// (byte 64 c + 4 r + i: row r's value 4 c + i), high and low.
+static inline __attribute__((always_inline)) void amx_weights(int8_t *high, uint8_t *low, const unsigned char *quants,
+                                                               const unsigned char *meta, PackedK f) {
+    int n_chunks = QK_K / f.n_subs / 4;
+    #pragma GCC unroll 16
+    for (int j = 0; j < f.n_subs; j++) {
+        __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_sc(f) + 16 * j)));
+        __m512i sc0 = row_words(sc, 0), sc1 = row_words(sc, 1);
+        #pragma GCC unroll 8
+        for (int i = 0; i < n_chunks; i++) {
+            int c = n_chunks * j + i;
+            __m512i v = _mm512_sub_epi8(packed_k_chunk(quants, c, f), _mm512_set1_epi8((char)f.offset));
+            __m512i w0 = _mm512_mullo_epi16(unpack_bytes(v, 0), sc0), w1 = _mm512_mullo_epi16(unpack_bytes(v, 1), sc1);
+            __m512i byte = _mm512_set1_epi16(0xFF);
+            _mm512_store_si512(high + 64 * c, _mm512_packs_epi16(_mm512_srai_epi16(w0, 8), _mm512_srai_epi16(w1, 8)));
+            _mm512_store_si512(low + 64 * c, _mm512_packus_epi16(_mm512_and_si512(w0, byte), _mm512_and_si512(w1, byte)));
+        }
+    }
+}
+
+// Super-block (g, b)'s mins in the chunk layout: row r's m_j at every
+// value of sub-block j, so that the tile product with x is summ.
+static inline __attribute__((always_inline)) void amx_mins(uint8_t *mins, const unsigned char *meta, PackedK f) {
+    __m512i four = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+    int n_chunks = QK_K / f.n_subs / 4;
+    for (int j = 0; j < f.n_subs; j++) {
+        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_m(f) + 16 * j)));
+        m = _mm512_shuffle_epi8(m, four); // each row's m in its four bytes
+        for (int i = 0; i < n_chunks; i++) _mm512_store_si512(mins + 64 * (n_chunks * j + i), m);
+    }
+}
+
+// n (a multiple of AMX_TOKENS) positions x[t * col_blocks ..] against group
+// g's rows: out[t * out_stride + r] for r < n_rows.
+static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                const BlockQ8_K *x, int n, int n_rows, PackedK f) {
+    int n_blocks = col_blocks(m);
+    size_t x_stride = (size_t)n_blocks * sizeof(BlockQ8_K), meta_bytes = type_traits[m->type].packed_meta_bytes;
+    _Alignas(64) int8_t high[QK_K * GROUP_ROWS];
+    _Alignas(64) uint8_t low[QK_K * GROUP_ROWS];
+    _Alignas(64) uint8_t mins[QK_K * GROUP_ROWS];
+    _Alignas(64) int32_t sums[3][AMX_TOKENS][GROUP_ROWS]; // of the high bytes, low bytes, mins
+    TileConfig config = {.palette = 1};
+    for (int i = 0; i < N_TILES; i++) { config.row_bytes[i] = 64; config.rows[i] = 16; }
+    _tile_loadconfig(&config);
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, _mm512_setzero_ps());
+    const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
+    for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
+        amx_weights(high, low, packed_quants(m, (size_t)g * n_blocks + b), meta, f);
+        if (f.mins) amx_mins(mins, meta, f);
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
+        __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
+        for (int p = 0; p < n; p += AMX_TOKENS) {
+            const BlockQ8_K *xp = x + (size_t)p * n_blocks + b;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(5);
+            for (int i = 0; i < QK_K / 64; i++) { // 64 values: 16 chunks
+                _tile_loadd(2, xp->qs + 64 * i, x_stride);
+                _tile_loadd(3, high + 1024 * i, 64);
+                _tile_loadd(4, low + 1024 * i, 64);
+                _tile_dpbssd(0, 2, 3);
+                _tile_dpbsud(1, 2, 4);
+                if (f.mins) {
+                    _tile_loadd(6, mins + 1024 * i, 64);
+                    _tile_dpbsud(5, 2, 6);
+                }
+            }
+            _tile_stored(0, sums[0], 64);
+            _tile_stored(1, sums[1], 64);
+            if (f.mins) _tile_stored(5, sums[2], 64);
+            for (int t = 0; t < AMX_TOKENS; t++) {
+                __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][t]), 8), _mm512_load_si512(sums[1][t]));
+                __m512 xd = _mm512_set1_ps(xp[(size_t)t * n_blocks].d);
+                float *o = out + (size_t)(p + t) * out_stride;
+                __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, xd), _mm512_maskz_loadu_ps(rows, o));
+                if (f.mins) acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmin, xd), acc);
+                _mm512_mask_storeu_ps(o, rows, acc);
+            }
+        }
+    }
+    _tile_release();
+}
+#endif
+
+// Any number of positions for one format (a constant once inlined): tiles
+// of AMX_TOKENS on AMX, then of PACKED_TOKENS, then one at a time.
 static inline __attribute__((always_inline)) void packed_k_group_as(float *out, size_t out_stride, const Matrix *m, int g,
                                                                      const BlockQ8_K *x, int n, int n_rows, PackedK f) {
-    if (n == PACKED_TOKENS) { packed_k_tile(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, f); return; }
-    for (int t = 0; t < n; t++)
+    int t = 0;
+#if HAVE_AMX
+    if (n >= AMX_TOKENS && amx_ready() && amx_take()) {
+        t = n / AMX_TOKENS * AMX_TOKENS;
+        packed_k_amx(out, out_stride, m, g, x, t, n_rows, f);
+        amx_give();
+    }
+#endif
+    for (; t + PACKED_TOKENS <= n; t += PACKED_TOKENS)
+        packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), PACKED_TOKENS, n_rows, f);
+    for (; t < n; t++)
         packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows, f);
 }
 
@@ -4833,6 +5009,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
     ActBlock *xq = mm->act_blocks;
     BlockQ8_K *xk = (BlockQ8_K *)mm->act;
     for (int i = 0; i < count; i++) total += row_groups(ms[i]);
+#if HAVE_AMX
+    if (k_quant && n >= AMX_TOKENS) amx_ready(); // asked here, before the threads start
+#endif
     #pragma omp parallel
     {
         int t, gi;
@@ -4847,15 +5026,20 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
             while (g >= row_groups(ms[i])) g -= row_groups(ms[i++]);
             const Matrix *m = ms[i];
             int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
+            float *o = outs[i] + (size_t)g * GROUP_ROWS;
+            if (k_quant) { // all positions at once (the AMX tiles take 16)
+#if HAVE_AVX512_VNNI
+                if (!use_plain_kernels) { packed_k_group(o, (size_t)m->rows, m, g, xk, n, n_rows); continue; }
+#endif
+                packed_k_group_plain(o, (size_t)m->rows, m, g, xk, n, n_rows);
+                continue;
+            }
             for (t = 0; t < n; t += PACKED_TOKENS) {
-                float *o = outs[i] + (size_t)t * m->rows + (size_t)g * GROUP_ROWS;
                 int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
 #if HAVE_AVX512_VNNI
-                if (!use_plain_kernels && k_quant) { packed_k_group(o, (size_t)m->rows, m, g, xk + (size_t)t * n_blocks, n_t, n_rows); continue; }
-                if (!use_plain_kernels) { packed_group(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
+                if (!use_plain_kernels) { packed_group(o + (size_t)t * m->rows, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
 #endif
-                if (k_quant) packed_k_group_plain(o, (size_t)m->rows, m, g, xk + (size_t)t * n_blocks, n_t, n_rows);
-                else packed_group_plain(o, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
+                packed_group_plain(o + (size_t)t * m->rows, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
             }
         }
     }

@@ -1826,6 +1826,15 @@ static void test_quantize_act(void) {
            "%d inputs, %d off%s", checked, bad, where);
 }
 
+// What the packed kernels' SIMD twin is in this build, for test names (AMX
+// takes the K-quants' tiles of 16 positions).
+static const char *packed_simd_name(int k_quant) {
+#if HAVE_AMX
+    if (k_quant && amx_ready()) return "AVX-512 VNNI and AMX (16 positions) == plain bit for bit";
+#endif
+    return HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build (plain only)";
+}
+
 // Positions: one (generation), tiles of 8 with and without leftovers. The
 // K-quants take fewer (a tile and one more, two tiles and one more): their
 // plain kernels are slow under emulation and sanitizers, and their tiles
@@ -1874,10 +1883,10 @@ static void test_packed_kernels(void) {
                     }
                     free((void *)m.data); free((void *)m.packed);
                 }
-            char name[128];
+            char name[192];
             format_text(name, sizeof name, "kernels: packed %s: plain == float reference within activation rounding, "
                         "%s, %d thread(s)", type_name((uint32_t)types[ty]),
-                        HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build", threads);
+                        packed_simd_name(k_quant), threads);
             report(name, bad_ref == 0 && bad_simd == 0, "%d outputs, %d off the reference, %d SIMD off%s", checked, bad_ref, bad_simd, where);
             format_text(name, sizeof name, "kernels: packed %s prefill tiles == one position bit for bit, %d thread(s)",
                         type_name((uint32_t)types[ty]), threads);
@@ -2058,10 +2067,11 @@ static void test_dot_extremes_all(void) {
 
 // The packed K-quant kernels at the integer extremes, as above: 19 rows of
 // two super-blocks, every quant, scale and min byte all ones, all zeros or
-// random, unit fp16 scales, x at +-127. Plain and SIMD must give the exact
-// sums within float rounding, and agree bit for bit.
+// random, unit fp16 scales, x at +-127 in 17 positions (an AMX tile of 16
+// where the build and Linux allow it, and one more). Plain and SIMD must
+// give the exact sums within float rounding, and agree bit for bit.
 static void test_packed_k_extremes(void) {
-    enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24 };
+    enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24, POSITIONS = 17 };
     static const int types[] = {TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
     uint64_t rng = 29;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
@@ -2069,8 +2079,9 @@ static void test_packed_k_extremes(void) {
         size_t row_bytes = (size_t)(N / tt->block_size) * tt->block_bytes;
         unsigned char *data = malloc(ROWS * row_bytes), *packed = NULL;
         Matrix m = {.data = data, .type = types[ty], .rows = ROWS, .cols = N, .kernel = KERNEL_PACKED};
-        BlockQ8_K act[N / QK_K];
-        float w[N], x[N], got[2][ROWS];
+        static BlockQ8_K act[POSITIONS][N / QK_K];
+        static float x[POSITIONS][N], got[2][POSITIONS][ROWS];
+        float w[N];
         int bad = 0;
         char where[160] = "";
         if (!data || posix_memalign((void **)&packed, 64, packed_size(&m)) != 0) { report("kernels: packed K-quant extremes", 0, "out of memory"); free(data); return; }
@@ -2078,30 +2089,39 @@ static void test_packed_k_extremes(void) {
             for (size_t i = 0; i < ROWS * row_bytes; i++) data[i] = trial == 0 ? 0xFF : trial == 1 ? 0 : (unsigned char)next_random(&rng);
             for (int i = 0; i < ROWS; i++)
                 for (int b = 0; b < N / QK_K; b++) unit_scales(data + i * row_bytes + (size_t)b * tt->block_bytes, types[ty]);
-            for (int k = 0; k < N; k++) x[k] = trial % 3 == 2 ? (next_random(&rng) & 1 ? 127.0f : -127.0f) : trial % 3 ? -127.0f : 127.0f;
-            quantize_q8_k(act, x, N); // exact: amax 127 makes the step 1
+            for (int t = 0; t < POSITIONS; t++) { // position 0 as the trial says, the others random signs
+                for (int k = 0; k < N; k++)
+                    x[t][k] = t == 0 && trial % 3 != 2 ? (trial % 3 ? -127.0f : 127.0f) : (next_random(&rng) & 1 ? 127.0f : -127.0f);
+                quantize_q8_k(act[t], x[t], N); // exact: amax 127 makes the step 1
+            }
             pack_matrix(packed, &m);
             m.packed = packed;
+#if HAVE_AMX
+            amx_ready(); // as matmul_packed does before its threads
+#endif
             for (int plain = 0; plain < 2; plain++)
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
-                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain] + g * GROUP_ROWS, 0, &m, g, act, 1, n_rows);
+                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], POSITIONS, n_rows);
 #if HAVE_AVX512_VNNI
-                    else packed_k_group(got[plain] + g * GROUP_ROWS, 0, &m, g, act, 1, n_rows);
+                    else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], POSITIONS, n_rows);
 #endif
                 }
             for (int i = 0; i < ROWS; i++) {
                 tt->dequantize(w, data + i * row_bytes, N);
-                double expect = 0.0, size = 0.0;
-                for (int k = 0; k < N; k++) { expect += (double)w[k] * x[k]; size += fabs((double)w[k] * x[k]); }
-                if ((fabs(got[1][i] - expect) > 1e-6 * size + 1e-3 || got[0][i] != got[1][i]) && !bad++)
-                    format_text(where, sizeof where, "; first: trial %d row %d: %.9g (SIMD %.9g) instead of %.9g", trial, i, got[1][i], got[0][i], expect);
+                for (int t = 0; t < POSITIONS; t++) {
+                    double expect = 0.0, size = 0.0;
+                    for (int k = 0; k < N; k++) { expect += (double)w[k] * x[t][k]; size += fabs((double)w[k] * x[t][k]); }
+                    if ((fabs(got[1][t][i] - expect) > 1e-6 * size + 1e-3 || got[0][t][i] != got[1][t][i]) && !bad++)
+                        format_text(where, sizeof where, "; first: trial %d position %d row %d: %.9g (SIMD %.9g) instead of %.9g",
+                                    trial, t, i, got[1][t][i], got[0][t][i], expect);
+                }
             }
         }
-        char name[128];
+        char name[192];
         format_text(name, sizeof name, "kernels: packed %s exact (to float rounding) at the integer extremes, %s", type_name((uint32_t)types[ty]),
-                    HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "plain only in this build");
-        report(name, bad == 0, "%d matrices of %d rows, %d off%s", TRIALS, ROWS, bad, where);
+                    packed_simd_name(1));
+        report(name, bad == 0, "%d matrices of %d rows, %d positions, %d off%s", TRIALS, ROWS, POSITIONS, bad, where);
         free(data); free(packed);
     }
 }
