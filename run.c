@@ -3616,6 +3616,131 @@ static float dot_q4_k(const void *row, const void *act, int n) { return dot_q4_k
 static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k_plain(row, act, n); }
 #endif
 
+/* Q2_K and Q3_K against Q8_K, as Q6_K above: each 32-byte run of qs holds
+   four 32-value runs of 2-bit q (two sub-blocks each), taken out by shifting
+   2 bits at a time. Q2_K's mins come from x's group sums, as in the plain
+   twin. Q3_K's q - 4 is signed: AVX2 multiplies the unsigned q (0..7, with
+   its hmask bit) and takes 4 * sum(sc * x) off from the group sums, as
+   Q6_K does its 32; NEON subtracts 4 first, SDOT being signed. */
+
+// sum over the 16 sub-blocks of Q2_K's m_j * (x's sum over them).
+static int q2_k_min_sum(const BlockQ2_K *w, const BlockQ8_K *a) {
+    int summ = 0;
+    for (int j = 0; j < 16; j++) summ += (w->scales[j] >> 4) * a->bsums[j];
+    return summ;
+}
+
+// Q3_K's 16 sub-block scales sc - 32 of a super-block, unpacked.
+static void q3_k_scales(const uint8_t *scales, int16_t sc[16]) {
+    for (int j = 0; j < 16; j++) sc[j] = (int16_t)(q3_k_scale(scales, j) - 32);
+}
+
+#if HAVE_AVX2
+// sumi + the 32 unsigned q times x (sub-blocks of scales sc0 then sc1), in 8 lanes.
+static __m256i add_q_dot_x(__m256i sumi, __m256i q, const int8_t *x, int sc0, int sc1) {
+    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)x));
+    __m256i scales = _mm256_set_m128i(_mm_set1_epi16((int16_t)sc1), _mm_set1_epi16((int16_t)sc0));
+    return _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
+}
+
+static float dot_q2_k(const void *row, const void *act, int n) {
+    const BlockQ2_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low2 = _mm256_set1_epi8(0x03);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint8_t *sc = w[i].scales;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { // halves of 128 values (q2_k_quant's layout)
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int s = 0; s < 4; s++, q = _mm256_srli_epi16(q, 2)) // values 128h + 32s..: sub-blocks 8h + 2s, +1
+                sumi = add_q_dot_x(sumi, _mm256_and_si256(q, low2), a[i].qs + 128 * h + 32 * s,
+                                   sc[8 * h + 2 * s] & 0xF, sc[8 * h + 2 * s + 1] & 0xF);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        mins += f16_to_f32(w[i].dmin) * a[i].d * q2_k_min_sum(&w[i], &a[i]);
+    }
+    return sum_m256(acc) - mins;
+}
+
+static float dot_q3_k(const void *row, const void *act, int n) {
+    const BlockQ3_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low2 = _mm256_set1_epi8(0x03), one = _mm256_set1_epi8(0x01);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        int16_t sc[16];
+        q3_k_scales(w[i].scales, sc);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask), sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { // halves of 128 values; run 4h + s has its hmask bit at bit 4h + s
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
+            for (int s = 0; s < 4; s++, q = _mm256_srli_epi16(q, 2), hm = _mm256_srli_epi16(hm, 1)) {
+                __m256i q3 = _mm256_or_si256(_mm256_and_si256(q, low2), _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                sumi = add_q_dot_x(sumi, q3, a[i].qs + 128 * h + 32 * s, sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]);
+            }
+        }
+        // q is stored plus 4: less 4 * sum(sc * x) over the 16 sub-blocks
+        __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums),
+                                           _mm256_loadu_si256((const __m256i *)sc));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+static float dot_q2_k(const void *row, const void *act, int n) {
+    const BlockQ2_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low2 = vdupq_n_u8(0x03);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        const uint8_t *sc = w[i].scales;
+        int32_t sumi = 0;
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < 2; v++) { // 16 bytes of each half's 32 (q2_k_quant's layout)
+                uint8x16_t q = vld1q_u8(w[i].qs + 32 * h + 16 * v);
+                for (int s = 0; s < 4; s++, q = vshrq_n_u8(q, 2)) { // values 128h + 32s + 16v..: sub-block 8h + 2s + v
+                    int8x16_t qs = vreinterpretq_s8_u8(vandq_u8(q, low2));
+                    sumi += (sc[8 * h + 2 * s + v] & 0xF) * dot16(qs, vld1q_s8(a[i].qs + 128 * h + 32 * s + 16 * v));
+                }
+            }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi - f16_to_f32(w[i].dmin) * a[i].d * q2_k_min_sum(&w[i], &a[i]);
+    }
+    return sum;
+}
+
+static float dot_q3_k(const void *row, const void *act, int n) {
+    const BlockQ3_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low2 = vdupq_n_u8(0x03), one = vdupq_n_u8(0x01);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int16_t sc[16];
+        q3_k_scales(w[i].scales, sc);
+        int32_t sumi = 0;
+        for (int v = 0; v < 2; v++) { // 16 bytes of hmask's 32; run 4h + s has its bit at bit 4h + s
+            uint8x16_t hm = vld1q_u8(w[i].hmask + 16 * v);
+            for (int h = 0; h < 2; h++) {
+                uint8x16_t q = vld1q_u8(w[i].qs + 32 * h + 16 * v);
+                for (int s = 0; s < 4; s++, q = vshrq_n_u8(q, 2), hm = vshrq_n_u8(hm, 1)) {
+                    uint8x16_t q3 = vorrq_u8(vandq_u8(q, low2), vshlq_n_u8(vandq_u8(hm, one), 2));
+                    int8x16_t qs = vsubq_s8(vreinterpretq_s8_u8(q3), vdupq_n_s8(4));
+                    sumi += sc[8 * h + 2 * s + v] * dot16(qs, vld1q_s8(a[i].qs + 128 * h + 32 * s + 16 * v));
+                }
+            }
+        }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi;
+    }
+    return sum;
+}
+
+#else
+static float dot_q2_k(const void *row, const void *act, int n) { return dot_q2_k_plain(row, act, n); }
+static float dot_q3_k(const void *row, const void *act, int n) { return dot_q3_k_plain(row, act, n); }
+#endif
+
 /* Q5_0 and IQ4_NL (blocks of 32 against Q8_0 x, the fallbacks of Q4_K_M
    for rows that are not whole super-blocks, such as dim 288 or 576): each
    block's 32 values decoded to signed bytes, then dot_bytes, as dot_x32
@@ -3727,11 +3852,11 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * (2 + 2)},
     [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
-                   .dot = dot_q2_k_plain,
+                   .dot = dot_q2_k,
                    .packed_bytes = 16 * QK_K * 2 / 8, .packed_meta_bytes = 16 * (2 + 2 + 16 + 16)},
     [TYPE_Q3_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ3_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q3_k, .quantize = quantize_q3_k, .dot_plain = dot_q3_k_plain,
-                   .dot = dot_q3_k_plain,
+                   .dot = dot_q3_k,
                    .packed_bytes = 16 * QK_K * 3 / 8, .packed_meta_bytes = 16 * (2 + 16)},
     [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
