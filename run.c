@@ -3747,24 +3747,28 @@ static float dot_q3_k(const void *row, const void *act, int n) { return dot_q3_k
    does for Q4_0. */
 
 #if HAVE_AVX2
-// Q5_0's 32 values minus 16 as bytes: the nibbles, and bit j of qh as 16
-// in byte j (each byte picks its qh byte, then tests its own bit).
-static __m256i q5_0_bytes(const BlockQ5_0 *b) {
-    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
-    __m256i qh = _mm256_shuffle_epi8(_mm256_set1_epi32((int)read_qh32(b->qh)),
+// The 32 nibbles of qs (16 bytes) as bytes: the low nibbles are values
+// 0..15, the high ones 16..31 (the layout of the blocks of 32).
+static __m256i nibble_bytes(const uint8_t *qs) {
+    __m128i packed = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+}
+
+// Q5_0's or Q5_1's 32 q (0..31) as bytes: the nibbles, and bit j of qh as
+// 16 in byte j (each byte picks its qh byte, then tests its own bit).
+static __m256i q5_bytes(const uint8_t *qs, const uint8_t *qh_bytes) {
+    __m256i qh = _mm256_shuffle_epi8(_mm256_set1_epi32((int)read_qh32(qh_bytes)),
                                      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
     __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
-    return _mm256_sub_epi8(_mm256_or_si256(q, high), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibble_bytes(qs), high);
 }
 
-// IQ4_NL's 32 values as bytes: each nibble looks up its level.
-static __m256i iq4_nl_bytes(const BlockIQ4_NL *b) {
-    __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+// The 32 values of IQ4_NL's nibbles qs (an IQ4_NL block, or a sub-block of
+// IQ4_XS) as bytes: each nibble looks up its level.
+static __m256i iq4_nl_bytes(const uint8_t *qs) {
     __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
-    return _mm256_shuffle_epi8(levels, q);
+    return _mm256_shuffle_epi8(levels, nibble_bytes(qs));
 }
 
 static float dot_q5_0(const void *row, const void *act, int n) {
@@ -3772,7 +3776,8 @@ static float dot_q5_0(const void *row, const void *act, int n) {
     const BlockQ8_0 *x = act;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / 32; i++) {
-        __m256i sums = dot_bytes(q5_0_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        __m256i q = _mm256_sub_epi8(q5_bytes(w[i].qs, w[i].qh), _mm256_set1_epi8(16));
+        __m256i sums = dot_bytes(q, _mm256_loadu_si256((const __m256i *)x[i].qs));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
     }
     return sum_m256(acc);
@@ -3783,7 +3788,7 @@ static float dot_iq4_nl(const void *row, const void *act, int n) {
     const BlockQ8_0 *x = act;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / 32; i++) {
-        __m256i sums = dot_bytes(iq4_nl_bytes(&w[i]), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        __m256i sums = dot_bytes(iq4_nl_bytes(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
     }
     return sum_m256(acc);
@@ -3824,6 +3829,166 @@ static float dot_q5_0(const void *row, const void *act, int n) { return dot_q5_0
 static float dot_iq4_nl(const void *row, const void *act, int n) { return dot_iq4_nl_plain(row, act, n); }
 #endif
 
+/* Q4_1, Q5_1 (blocks of 32 against Q8_1 x) and Q5_K, IQ4_XS (super-blocks
+   of 256 against Q8_K x): the plain twins' exact integer sums per
+   (sub-)block with SIMD, as for Q5_0/IQ4_NL and Q4_K above. The offsets of
+   Q4_1 and Q5_1 come from Q8_1's s, the mins of Q5_K from Q8_K's group
+   sums, as in the plain twins. Q4_1's and Q5_1's q are at most 31, so
+   dot_bytes takes them as they are; AVX2's Q5_K multiplies them by x with
+   maddubs as Q4_K does (at most 31 * 127 * 2 per int16). IQ4_XS's levels are
+   signed, so they go through dot_bytes, and each sub-block's sum is scaled
+   by d * (ls - 32) in float, as in the plain twin. */
+
+#if HAVE_AVX2
+static float dot_q4_1(const void *row, const void *act, int n) {
+    const BlockQ4_1 *w = row;
+    const BlockQ8_1 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(nibble_bytes(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+        offsets += f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
+    }
+    return sum_m256(acc) + offsets;
+}
+
+static float dot_q5_1(const void *row, const void *act, int n) {
+    const BlockQ5_1 *w = row;
+    const BlockQ8_1 *x = act;
+    __m256 acc = _mm256_setzero_ps();
+    float offsets = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        __m256i sums = dot_bytes(q5_bytes(w[i].qs, w[i].qh), _mm256_loadu_si256((const __m256i *)x[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
+        offsets += f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
+    }
+    return sum_m256(acc) + offsets;
+}
+
+static float dot_q5_k(const void *row, const void *act, int n) {
+    const BlockQ5_K *w = row;
+    const BlockQ8_K *a = act;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        __m256i sumi = _mm256_setzero_si256(), hb = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        for (int j = 0; j < 4; j++) { // 64 values: low nibbles with qh's bit 2j, high ones with bit 2j + 1
+            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+            __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
+            __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * j + 1])));
+            hb = _mm256_srli_epi16(hb, 2); // the next two bits of each byte to bits 0 and 1
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        mins += f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum_m256(acc) - mins;
+}
+
+static float dot_iq4_xs(const void *row, const void *act, int n) {
+    const BlockIQ4_XS *w = row;
+    const BlockQ8_K *a = act;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int j = 0; j < 8; j++) {
+            __m256i sums = dot_bytes(iq4_nl_bytes(w[i].qs + 16 * j), _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * j)));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (iq4_xs_scale(&w[i], j) - 32)), _mm256_cvtepi32_ps(sums), acc);
+        }
+    }
+    return sum_m256(acc);
+}
+
+#elif HAVE_NEON
+static float dot_q4_1(const void *row, const void *act, int n) {
+    const BlockQ4_1 *w = row;
+    const BlockQ8_1 *x = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        uint8x16_t packed = vld1q_u8(w[i].qs);
+        int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F))), hi = vreinterpretq_s8_u8(vshrq_n_u8(packed, 4));
+        int32x4_t sums = dot_bytes(lo, hi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums) + f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
+    }
+    return sum;
+}
+
+static float dot_q5_1(const void *row, const void *act, int n) {
+    const BlockQ5_1 *w = row;
+    const BlockQ8_1 *x = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int q[32];
+        int8_t bytes[32];
+        q5_values(q, w[i].qs, w[i].qh);
+        for (int k = 0; k < 32; k++) bytes[k] = (int8_t)q[k];
+        int32x4_t sums = dot_bytes(vld1q_s8(bytes), vld1q_s8(bytes + 16), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums) + f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
+    }
+    return sum;
+}
+
+static float dot_q5_k(const void *row, const void *act, int n) {
+    const BlockQ5_K *w = row;
+    const BlockQ8_K *a = act;
+    const uint8x16_t low4 = vdupq_n_u8(0x0F), bit4 = vdupq_n_u8(0x10);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sc[8], m[8];
+        k4_scales_mins(w[i].scales, sc, m);
+        uint8x16_t hb0 = vld1q_u8(w[i].qh), hb1 = vld1q_u8(w[i].qh + 16);
+        int32_t sumi = 0;
+        for (int j = 0; j < 4; j++) { // 64 values: low nibbles with qh's bit 2j, high ones with bit 2j + 1
+            uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * j), q1 = vld1q_u8(w[i].qs + 32 * j + 16);
+            uint8x16_t lo0 = vorrq_u8(vandq_u8(q0, low4), vandq_u8(vshlq_n_u8(hb0, 4), bit4));
+            uint8x16_t lo1 = vorrq_u8(vandq_u8(q1, low4), vandq_u8(vshlq_n_u8(hb1, 4), bit4));
+            uint8x16_t hi0 = vorrq_u8(vshrq_n_u8(q0, 4), vandq_u8(vshlq_n_u8(hb0, 3), bit4));
+            uint8x16_t hi1 = vorrq_u8(vshrq_n_u8(q1, 4), vandq_u8(vshlq_n_u8(hb1, 3), bit4));
+            const int8_t *x = a[i].qs + 64 * j;
+            int32x4_t lo = dot_bytes(vreinterpretq_s8_u8(lo0), vreinterpretq_s8_u8(lo1), vld1q_s8(x), vld1q_s8(x + 16));
+            int32x4_t hi = dot_bytes(vreinterpretq_s8_u8(hi0), vreinterpretq_s8_u8(hi1), vld1q_s8(x + 32), vld1q_s8(x + 48));
+            sumi += sc[2 * j] * vaddvq_s32(lo) + sc[2 * j + 1] * vaddvq_s32(hi);
+            hb0 = vshrq_n_u8(hb0, 2); // the next two bits to bits 0 and 1
+            hb1 = vshrq_n_u8(hb1, 2);
+        }
+        sum += f16_to_f32(w[i].d) * a[i].d * sumi - f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
+    }
+    return sum;
+}
+
+static float dot_iq4_xs(const void *row, const void *act, int n) {
+    const BlockIQ4_XS *w = row;
+    const BlockQ8_K *a = act;
+    const int8x16_t levels = vld1q_s8(iq4nl_values);
+    float sum = 0.0f;
+    for (int i = 0; i < n / QK_K; i++) {
+        float d = f16_to_f32(w[i].d) * a[i].d;
+        for (int j = 0; j < 8; j++) {
+            uint8x16_t packed = vld1q_u8(w[i].qs + 16 * j);
+            int8x16_t lo = vqtbl1q_s8(levels, vandq_u8(packed, vdupq_n_u8(0x0F))), hi = vqtbl1q_s8(levels, vshrq_n_u8(packed, 4));
+            const int8_t *x = a[i].qs + 32 * j;
+            int32x4_t sums = dot_bytes(lo, hi, vld1q_s8(x), vld1q_s8(x + 16));
+            sum += (d * (iq4_xs_scale(&w[i], j) - 32)) * vaddvq_s32(sums);
+        }
+    }
+    return sum;
+}
+
+#else
+static float dot_q4_1(const void *row, const void *act, int n) { return dot_q4_1_plain(row, act, n); }
+static float dot_q5_1(const void *row, const void *act, int n) { return dot_q5_1_plain(row, act, n); }
+static float dot_q5_k(const void *row, const void *act, int n) { return dot_q5_k_plain(row, act, n); }
+static float dot_iq4_xs(const void *row, const void *act, int n) { return dot_iq4_xs_plain(row, act, n); }
+#endif
+
 // The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
@@ -3840,7 +4005,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot = dot_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
-                   .dot = dot_q4_1_plain,
+                   .dot = dot_q4_1,
                    .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * (2 + 2)},
     [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
@@ -3848,7 +4013,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * 2},
     [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
-                   .dot = dot_q5_1_plain,
+                   .dot = dot_q5_1,
                    .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * (2 + 2)},
     [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
@@ -3864,7 +4029,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
     [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
-                   .dot = dot_q5_k_plain,
+                   .dot = dot_q5_k,
                    .packed_bytes = 16 * QK_K * 5 / 8, .packed_meta_bytes = 16 * (2 + 2 + 8 + 8)},
     [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
@@ -3876,7 +4041,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
-                     .dot = dot_iq4_xs_plain,
+                     .dot = dot_iq4_xs,
                    .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 8)},
     // activation formats only (no dot: never a weight)
     [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
