@@ -1826,11 +1826,38 @@ static void test_quantize_act(void) {
            "%d inputs, %d off%s", checked, bad, where);
 }
 
+// quantize_q8_k (SIMD where built) == quantize_q8_k_plain, byte for byte:
+// random rows, tiny ones (1/max overflows: zeros), zeros, and ties of
+// magnitude with both signs (the first one sets the sign of the scale).
+static void test_quantize_q8_k(void) {
+    enum { N = 3 * QK_K };
+    uint64_t rng = 31;
+    static float x[N];
+    static BlockQ8_K fast[N / QK_K], plain[N / QK_K];
+    int bad = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        random_floats(&rng, x, N);
+        if (trial == 1) for (int k = 0; k < N; k++) x[k] *= 1e-40f;
+        if (trial == 2) for (int k = 0; k < N; k++) x[k] = 0.0f;
+        if (trial >= 3 && trial < 20) { // ties: +-v at random places
+            float v = x[0];
+            for (int k = 0; k < N; k++) if (next_random(&rng) % 5 == 0) x[k] = next_random(&rng) & 1 ? v : -v;
+        }
+        if (trial >= 20) for (int k = 0; k < N; k++) x[k] = (float)((int)(next_random(&rng) % 255) - 127) * 0.5f; // halves: ties of rounding
+        quantize_q8_k(fast, x, N);
+        quantize_q8_k_plain(plain, x, N);
+        bad += memcmp(fast, plain, sizeof fast) != 0;
+    }
+    report("kernels: quantize_q8_k == quantize_q8_k_plain byte for byte (random, tiny, zero, ties)", bad == 0, "%d of 40 inputs differ", bad);
+}
+
 // What the packed kernels' SIMD twin is in this build, for test names (AMX
 // takes the K-quants' tiles of 16 positions).
 static const char *packed_simd_name(int k_quant) {
 #if HAVE_AMX
     if (k_quant && amx_ready()) return "AVX-512 VNNI and AMX (16 positions) == plain bit for bit";
+#else
+    (void)k_quant;
 #endif
     return HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build (plain only)";
 }
@@ -2354,6 +2381,7 @@ static void kernel_tests(void) {
     test_exp_row();
     test_packed_layout();
     test_quantize_act();
+    test_quantize_q8_k();
     test_packed_kernels();
     test_packed_extremes();
     char path[PATH_SIZE];
