@@ -2094,12 +2094,13 @@ static void test_dot_extremes_all(void) {
 
 // The packed K-quant kernels at the integer extremes, as above: 19 rows of
 // two super-blocks, every quant, scale and min byte all ones, all zeros or
-// random, unit fp16 scales, x at +-127 in 17 positions (an AMX tile of 16
-// where the build and Linux allow it, and one more). Plain and SIMD must
+// random, unit fp16 scales, x at +-127 in 17 positions where the build has
+// AMX (a tile of 16 and one more), else one. Plain and SIMD must
 // give the exact sums within float rounding, and agree bit for bit.
 static void test_packed_k_extremes(void) {
     enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24, POSITIONS = 17 };
     static const int types[] = {TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
+    int n_positions = HAVE_AMX ? POSITIONS : 1; // the others take one position at a time anyway
     uint64_t rng = 29;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]];
@@ -2116,7 +2117,7 @@ static void test_packed_k_extremes(void) {
             for (size_t i = 0; i < ROWS * row_bytes; i++) data[i] = trial == 0 ? 0xFF : trial == 1 ? 0 : (unsigned char)next_random(&rng);
             for (int i = 0; i < ROWS; i++)
                 for (int b = 0; b < N / QK_K; b++) unit_scales(data + i * row_bytes + (size_t)b * tt->block_bytes, types[ty]);
-            for (int t = 0; t < POSITIONS; t++) { // position 0 as the trial says, the others random signs
+            for (int t = 0; t < n_positions; t++) { // position 0 as the trial says, the others random signs
                 for (int k = 0; k < N; k++)
                     x[t][k] = t == 0 && trial % 3 != 2 ? (trial % 3 ? -127.0f : 127.0f) : (next_random(&rng) & 1 ? 127.0f : -127.0f);
                 quantize_q8_k(act[t], x[t], N); // exact: amax 127 makes the step 1
@@ -2129,14 +2130,14 @@ static void test_packed_k_extremes(void) {
             for (int plain = 0; plain < 2; plain++)
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
-                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], POSITIONS, n_rows);
+                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
 #if HAVE_AVX512_VNNI
-                    else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], POSITIONS, n_rows);
+                    else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
 #endif
                 }
             for (int i = 0; i < ROWS; i++) {
                 tt->dequantize(w, data + i * row_bytes, N);
-                for (int t = 0; t < POSITIONS; t++) {
+                for (int t = 0; t < n_positions; t++) {
                     double expect = 0.0, size = 0.0;
                     for (int k = 0; k < N; k++) { expect += (double)w[k] * x[t][k]; size += fabs((double)w[k] * x[t][k]); }
                     if ((fabs(got[1][t][i] - expect) > 1e-6 * size + 1e-3 || got[0][t][i] != got[1][t][i]) && !bad++)
@@ -2148,7 +2149,7 @@ static void test_packed_k_extremes(void) {
         char name[192];
         format_text(name, sizeof name, "kernels: packed %s exact (to float rounding) at the integer extremes, %s", type_name((uint32_t)types[ty]),
                     packed_simd_name(1));
-        report(name, bad == 0, "%d matrices of %d rows, %d positions, %d off%s", TRIALS, ROWS, POSITIONS, bad, where);
+        report(name, bad == 0, "%d matrices of %d rows, %d position(s), %d off%s", TRIALS, ROWS, n_positions, bad, where);
         free(data); free(packed);
     }
 }
