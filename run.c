@@ -5184,8 +5184,6 @@ static atomic_int amx_in_use;
 static int amx_take(void) { return !atomic_exchange_explicit(&amx_in_use, 1, memory_order_acquire); }
 static void amx_give(void) { atomic_store_explicit(&amx_in_use, 0, memory_order_release); }
 
-// Each row's scale (int32 lanes) as int16 lanes lined up with a chunk's
-// bytes after unpack_bytes: row 4L + 2 * half + i / 4 in word i of lane L.
 // A chunk's signed bytes as int16: the low (half 0) or high 8 bytes of each
 // 128-bit lane, the order packs_epi16 puts back.
 static inline __m512i unpack_bytes(__m512i v, int half) {
@@ -5193,12 +5191,15 @@ static inline __m512i unpack_bytes(__m512i v, int half) {
     return _mm512_srai_epi16(pairs, 8);
 }
 
+// A value per row (16 int32 lanes, -128..255) as a chunk holds its rows:
+// row r's low byte in bytes 4r..4r+3.
+static inline __m512i spread_rows(__m512i per_row) {
+    return _mm512_shuffle_epi8(per_row, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)));
+}
+
 // Each row's scale (int32 lanes, -128..127) as int16 lanes lined up with a
 // chunk's after unpack_bytes: row 4L + 2 * half + i / 4 in word i of lane L.
-static inline __m512i row_words(__m512i per_row, int half) {
-    __m512i four = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
-    return unpack_bytes(_mm512_shuffle_epi8(per_row, four), half); // each row's low byte, four times
-}
+static inline __m512i row_words(__m512i per_row, int half) { return unpack_bytes(spread_rows(per_row), half); }
 
 // Super-block (g, b)'s w = sc_j * (q - offset) as bytes in the chunk layout
 // (byte 64 c + 4 r + i: row r's value 4 c + i), high and low.
@@ -5224,11 +5225,9 @@ static inline __attribute__((always_inline)) void amx_weights(int8_t *high, uint
 // Super-block (g, b)'s mins in the chunk layout: row r's m_j at every
 // value of sub-block j, so that the tile product with x is summ.
 static inline __attribute__((always_inline)) void amx_mins(uint8_t *mins, const unsigned char *meta, PackedK f) {
-    __m512i four = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
     int n_chunks = QK_K / f.n_subs / 4;
     for (int j = 0; j < f.n_subs; j++) {
-        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_m(f) + 16 * j)));
-        m = _mm512_shuffle_epi8(m, four); // each row's m in its four bytes
+        __m512i m = spread_rows(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_m(f) + 16 * j))));
         for (int i = 0; i < n_chunks; i++) _mm512_store_si512(mins + 64 * (n_chunks * j + i), m);
     }
 }
