@@ -4104,15 +4104,17 @@ static const char *supported_type_names(void) {
     return list;
 }
 
-// cols rounded up to whole blocks of type.
+// cols rounded up to whole blocks of type (cols of a loaded matrix).
 static int padded_cols(int type, int cols) {
     int bs = type_traits[type].block_size;
     return (cols + bs - 1) / bs * bs;
 }
 
-// Bytes one row of cols values takes; rows end in a whole block.
+// Bytes one row of cols values takes; rows end in a whole block. In 64
+// bits: the loaders ask this of any width a file claims, up to INT_MAX.
 static size_t type_row_bytes(int type, int cols) {
-    return (size_t)(padded_cols(type, cols) / type_traits[type].block_size) * type_traits[type].block_bytes;
+    size_t bs = (size_t)type_traits[type].block_size;
+    return ((size_t)cols + bs - 1) / bs * type_traits[type].block_bytes;
 }
 
 #define MAX_BLOCK 256 // the most values any type's block holds
