@@ -2775,8 +2775,9 @@ static int nearest_int(float x) {
 }
 
 // Q8_K: per 256 values, iscale = -127 / (the value of largest magnitude),
-// q = round(iscale * x) (at most 127), d = 1 / iscale.
-static void quantize_q8_k_plain(void *out, const float *x, int n) {
+// q = round(iscale * x) (at most 127), d = 1 / iscale. Where AVX-512 is
+// built its twin below runs instead, and only the tests call this one.
+__attribute__((unused)) static void quantize_q8_k_plain(void *out, const float *x, int n) {
     BlockQ8_K *y = out;
     for (int i = 0; i < n / QK_K; i++, x += QK_K) {
         float max = 0.0f, amax = 0.0f;
@@ -6593,16 +6594,26 @@ static int load_weights(Transformer *t, const char *path) {
     return 0;
 }
 
-// Loads a checkpoint and allocates the run state for a context of
-// max_context positions (0, or more than the model's: the model's own).
-// kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the memory).
-int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
+// The checkpoint alone: its config (with a context of max_context
+// positions: 0, or more than the model's, keeps the model's own), its
+// tokenizer's metadata and the mapped weights, neither packed nor with a run
+// state. What -m tokenize and -m quantize need: a 7B model's packing alone
+// takes seconds.
+int transformer_open_mapped(Transformer *t, const char *path, int max_context) {
     memset(t, 0, sizeof *t);
-    if (load_weights(t, path) != 0 || choose_kernels(t, path) != 0) { transformer_close(t); return -1; }
-    Config *c = &t->config;
-    if (max_context > 0 && max_context < c->seq_len) c->seq_len = max_context;
-    if (alloc_run_state(&t->state, c, kv_type) != 0) {
-        fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, c->seq_len);
+    if (load_weights(t, path) != 0) { transformer_close(t); return -1; }
+    if (max_context > 0 && max_context < t->config.seq_len) t->config.seq_len = max_context;
+    return 0;
+}
+
+// Loads a checkpoint, packs its weights for their kernels and allocates the
+// run state. kv_type: the KV cache's, TYPE_F32 (exact) or TYPE_F16 (half the
+// memory).
+int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
+    if (transformer_open_mapped(t, path, max_context) != 0) return -1;
+    if (choose_kernels(t, path) != 0) { transformer_close(t); return -1; }
+    if (alloc_run_state(&t->state, &t->config, kv_type) != 0) {
+        fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, t->config.seq_len);
         transformer_close(t);
         return -1;
     }
@@ -6640,19 +6651,30 @@ static int write_floats(FILE *f, const float *x, int n) {
     return fwrite(x, sizeof(float), (size_t)n, f) == (size_t)n ? 0 : fail("write failed: %s", strerror(errno));
 }
 
-static int write_matrix(FILE *f, const Matrix *m, int type, float *row, unsigned char *out) {
+// Rows rounded at once, side by side on the threads: each row is rounded on
+// its own, so the bytes written do not depend on the thread count.
+enum { WRITE_ROWS = 64 };
+
+// rows: room for WRITE_ROWS rows of m's floats; out: for as many in type.
+static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigned char *out) {
     size_t bytes = type_row_bytes(type, m->cols);
-    for (int i = 0; i < m->rows; i++) {
-        dequantize_row(row, m, i);
-        if (quantize_row(out, row, m->cols, type) != 0) return fail("a weight is not finite (NaN or infinity)");
-        if (fwrite(out, 1, bytes, f) != bytes) return fail("write failed: %s", strerror(errno));
+    for (int i = 0; i < m->rows; i += WRITE_ROWS) {
+        int n = m->rows - i < WRITE_ROWS ? m->rows - i : WRITE_ROWS, bad = 0;
+#pragma omp parallel for reduction(| : bad)
+        for (int r = 0; r < n; r++) {
+            float *row = rows + (size_t)r * m->cols;
+            dequantize_row(row, m, i + r);
+            bad |= quantize_row(out + (size_t)r * bytes, row, m->cols, type) != 0;
+        }
+        if (bad) return fail("a weight is not finite (NaN or infinity)");
+        if (fwrite(out, 1, (size_t)n * bytes, f) != (size_t)n * bytes) return fail("write failed: %s", strerror(errno));
     }
     return 0;
 }
 
 // The tensors of our format, in order (README), each aligned; types[i]:
 // matrix i's type in runc_type's order.
-static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, float *row, unsigned char *out) {
+static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, float *rows, unsigned char *out) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
     int err = write_padding(f); // each tensor is aligned; its layers follow back to back
@@ -6660,16 +6682,16 @@ static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, f
     err = err || write_padding(f);
     for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
     err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
-    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], row, out);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], rows, out);
     for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
         err = write_padding(f);
         for (int l = 0; l < c->n_layers && !err; l++) {
             const LayerWeights *lw = &w->layers[l];
             const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], row, out);
+            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], rows, out);
         }
     }
-    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], row, out);
+    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], rows, out);
     return err ? -1 : 0;
 }
 
@@ -6724,6 +6746,7 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     if (!types) return fail("out of memory");
     for (int i = 0; i < n_types; i++) mixed |= (types[i] = matrix_dtype(dtype, c, i)) != types[0];
     if (c->hidden_dim > widest) widest = c->hidden_dim;
+    if (c->n_heads * c->head_size > widest) widest = c->n_heads * c->head_size; // wo's rows
     size_t row_bytes = (size_t)widest * sizeof(float); // a short row of blocks can outgrow its floats
     for (int i = 0; i < n_types; i++)
         if (type_row_bytes(types[i], widest) > row_bytes) row_bytes = type_row_bytes(types[i], widest);
@@ -6740,11 +6763,11 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     put_i32(header + 56, c->eos_id);
     put_i32(header + 60, mixed ? base : types[0]);
 
-    float *row = malloc((size_t)widest * sizeof(float));
-    unsigned char *out = malloc(row_bytes);
+    float *rows = malloc(WRITE_ROWS * (size_t)widest * sizeof(float));
+    unsigned char *out = malloc(WRITE_ROWS * row_bytes);
     Output file; // refuses an OUT that is not a regular file, before anything is written
-    int err = !row || !out ? fail("out of memory") : output_open(&file, out_path);
-    if (err) { free(row); free(out); free(types); return err; }
+    int err = !rows || !out ? fail("out of memory") : output_open(&file, out_path);
+    if (err) { free(rows); free(out); free(types); return err; }
     FILE *f = file.f;
     if (fwrite(header, 1, sizeof header, f) != sizeof header)
         err = fail("%s: write failed: %s", out_path, strerror(errno));
@@ -6753,13 +6776,13 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
         put_i32(entry, types[i]);
         if (fwrite(entry, 1, 4, f) != 4) err = fail("%s: write failed: %s", out_path, strerror(errno));
     }
-    if (!err && write_runc_tensors(f, t, types, row, out) != 0) {
+    if (!err && write_runc_tensors(f, t, types, rows, out) != 0) {
         char why[sizeof error_message];
         snprintf(why, sizeof why, "%s", error_message);
         err = fail("%s: %s", out_path, why);
     }
     err = output_close(&file, err);
-    free(row); free(out); free(types);
+    free(rows); free(out); free(types);
     return err;
 }
 
@@ -7379,7 +7402,9 @@ int main(int argc, char **argv) {
     int err = !text || (o.output && check_output(o.output) != 0) || (o.trace && check_output(o.trace) != 0) ? -1 : 0;
     Transformer t;
     Tokenizer tk = {0};
-    if (!err) err = transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
+    int no_forward = o.mode_bit == MODE_TOKENIZE || o.mode_bit == MODE_QUANTIZE;
+    if (!err) err = no_forward ? transformer_open_mapped(&t, o.checkpoint, o.context)
+                               : transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
         transformer_close(&t);
