@@ -51,8 +51,10 @@ tokenizer.bin:
 demo: run
 	./run $(SHARED)/models/stories260K/stories260K.bin -z $(SHARED)/models/stories260K/tok512.bin
 
-# Tests measure no speed: passive OpenMP waits keep them quick on a busy machine.
-test: run test_all
+# The two builds side by side (10 and 15 s), then the suite. Tests measure
+# no speed: passive OpenMP waits keep them quick on a busy machine.
+test:
+	@$(MAKE) --no-print-directory -j2 run test_all
 	OMP_WAIT_POLICY=passive ./test_all $(SHARED)
 
 # Benchmarks (BENCHMARKS.md): random-weight models of public shapes, made

@@ -2252,7 +2252,7 @@ static void quantize_like_llama_cpp(const char *gguf_name, const char *const *ar
     if (make_model(label, args, source) != 0) { report(name, 0, "mkmodel failed"); return; }
     format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name);
     Transformer src, ours, theirs;
-    if (transformer_open(&src, source) != 0) { report(name, 0, "%s", error_message); return; }
+    if (transformer_open_mapped(&src, source, 0) != 0) { report(name, 0, "%s", error_message); return; }
     int err = quantize_mode(&src, source, out, dtype);
     transformer_close(&src);
     if (err || transformer_open(&ours, out) != 0) { report(name, 0, "%s", error_message); return; }
@@ -2347,16 +2347,22 @@ static void test_quantized_quality(int type, double min_top1, double max_error) 
             break;
         }
         int vocab = t.config.vocab_size, *ids = NULL, n_ids = 0;
+        float *refs = NULL; // (n_ids, vocab): fp32's logits, all positions in one prefill
         format_text(path, sizeof path, "%s/ids.txt", case_dir);
         if (load_ints(path, &ids, &n_ids) != 0) err = set_problem(problem, sizeof problem, "cannot read %s", path);
-        for (int pos = 0; !err && pos < n_ids && pos < t.config.seq_len; pos++) {
-            if (ids[pos] < 0 || ids[pos] >= vocab) { err = set_problem(problem, sizeof problem, "%s: bad id", path); break; }
-            const float *ref = forward(&fp32, ids[pos], pos), *ours = forward(&t, ids[pos], pos);
+        if (!err && n_ids > t.config.seq_len) n_ids = t.config.seq_len;
+        for (int pos = 0; !err && pos < n_ids; pos++)
+            if (ids[pos] < 0 || ids[pos] >= vocab) err = set_problem(problem, sizeof problem, "%s: bad id", path);
+        if (!err && !(refs = malloc((size_t)n_ids * vocab * sizeof(float)))) err = set_problem(problem, sizeof problem, "out of memory");
+        if (!err && n_ids > 0) forward_batch(&fp32, ids, n_ids, 0, refs);
+        for (int pos = 0; !err && pos < n_ids; pos++) {
+            const float *ref = refs + (size_t)pos * vocab, *ours = forward(&t, ids[pos], pos);
             double e = row_error(ours, ref, vocab);
             if (!(e <= worst)) worst = e;
             agree += argmax(ours, vocab) == argmax(ref, vocab);
             rows++;
         }
+        free(refs);
         free(ids);
         transformer_close(&t);
         transformer_close(&fp32);
@@ -3374,7 +3380,7 @@ static void test_bad_v1(const CliFiles *f) {
 static void test_runc_v2(const CliFiles *f) {
     const char *path = "build/bad/v2-good.bin";
     Transformer src, t;
-    if (transformer_open(&src, f->stories) != 0 || quantize_mode(&src, f->stories, path, DTYPE_Q4_K_M) != 0) {
+    if (transformer_open_mapped(&src, f->stories, 0) != 0 || quantize_mode(&src, f->stories, path, DTYPE_Q4_K_M) != 0) {
         report("RUNC version 2: stories260K as Q4_K_M", 0, "%s", error_message);
         return;
     }
@@ -5902,7 +5908,7 @@ static void test_quantize_failure_leaves_nothing(void) {
         clear_dir(dir);
         if (existing) save_file(out, precious, strlen(precious));
         Transformer t;
-        if (saved != 0 || transformer_open(&t, model) != 0) { report(name, 0, "fixture: %s", error_message); return; }
+        if (saved != 0 || transformer_open_mapped(&t, model, 0) != 0) { report(name, 0, "fixture: %s", error_message); return; }
         int err = quantize_mode(&t, model, out, TYPE_Q8_0);
         transformer_close(&t);
         format_text(why, sizeof why, "%s", err ? error_message : "(no error)");
