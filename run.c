@@ -3513,6 +3513,7 @@ static void quantize_iq4_xs(void *out, const float *x, int n) {
    multiplies those by the sub-block scales into int32. NEON: dot_bytes
    (SDOT where the build has it). */
 
+#if HAVE_AVX2 || HAVE_NEON // helpers of the SIMD dots below
 // Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked.
 static void k4_scales_mins(const uint8_t *scales, int sc[8], int m[8]) {
     for (int j = 0; j < 8; j++) k4_scale_min(scales, j, &sc[j], &m[j]);
@@ -3524,6 +3525,7 @@ static int k4_min_sum(const int m[8], const BlockQ8_K *a) {
     for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
     return summ;
 }
+#endif
 
 #if HAVE_AVX2
 static float dot_q4_k(const void *row, const void *act, int n) {
@@ -3656,6 +3658,7 @@ static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k
    its hmask bit) and takes 4 * sum(sc * x) off from the group sums, as
    Q6_K does its 32; NEON subtracts 4 first, SDOT being signed. */
 
+#if HAVE_AVX2 || HAVE_NEON // helpers of the SIMD dots below
 // sum over the 16 sub-blocks of Q2_K's m_j * (x's sum over them).
 static int q2_k_min_sum(const BlockQ2_K *w, const BlockQ8_K *a) {
     int summ = 0;
@@ -3667,6 +3670,7 @@ static int q2_k_min_sum(const BlockQ2_K *w, const BlockQ8_K *a) {
 static void q3_k_scales(const uint8_t *scales, int16_t sc[16]) {
     for (int j = 0; j < 16; j++) sc[j] = (int16_t)(q3_k_scale(scales, j) - 32);
 }
+#endif
 
 #if HAVE_AVX2
 // sumi + the 32 unsigned q times x (sub-blocks of scales sc0 then sc1), in 8 lanes.
@@ -5359,6 +5363,7 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
     // Q4_K_M, 2 threads: 34.5 -> 37.6 tok/s against turns of 8 groups); the
     // second turn still goes to whichever thread is free.
     int turn = n >= PACKED_TOKENS ? 1 : (total + 2 * threads_available() - 1) / (2 * threads_available());
+    (void)turn; // read only by the OpenMP pragma
 #if HAVE_AMX
     if (k_quant && n >= AMX_TOKENS) amx_ready(); // asked here, before the threads start
 #endif
