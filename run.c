@@ -210,6 +210,8 @@ static void matmul_shared(float *const *outs, const Matrix *const *ms, int count
                           MatmulScratch *mm);
 static void dequantize_row(float *out, const Matrix *m, int row);
 static float dot_f32(const float *a, const float *b, int n);
+static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale);
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs);
 static float dot_f32_f16(const float *a, const uint16_t *b, int n);
 static void axpy_f16(float *out, float a, const uint16_t *v, int n);
 static void f32_to_f16_row(uint16_t *out, const float *x, size_t n);
@@ -359,16 +361,13 @@ static void attention_head(const Transformer *t, int layer, int h, int pos, cons
     size_t layer_offset = (size_t)layer * c->seq_len * kvd;
     float scale = 1.0f / sqrtf((float)hs);
     size_t at = layer_offset + (size_t)kv_head * hs; // position 0's key or value of this head
-    for (int p = 0; p <= pos; p++, at += kvd)
-        att[p] = (s->key_cache ? dot_f32(q, s->key_cache + at, hs) : dot_f32_f16(q, s->key_cache_f16 + at, hs)) * scale;
+    if (s->key_cache) attention_scores(att, q, s->key_cache + at, kvd, pos + 1, hs, scale);
+    else
+        for (int p = 0; p <= pos; p++) att[p] = dot_f32_f16(q, s->key_cache_f16 + at + (size_t)p * kvd, hs) * scale;
     softmax(att, pos + 1);
+    if (s->value_cache) { attention_values(out, att, s->value_cache + at, kvd, pos + 1, hs); return; }
     memset(out, 0, (size_t)hs * sizeof(float));
-    at = layer_offset + (size_t)kv_head * hs;
-    for (int p = 0; p <= pos; p++, at += kvd) {
-        if (!s->value_cache) { axpy_f16(out, att[p], s->value_cache_f16 + at, hs); continue; }
-        const float *v = s->value_cache + at;
-        for (int i = 0; i < hs; i++) out[i] += att[p] * v[i];
-    }
+    for (int p = 0; p <= pos; p++) axpy_f16(out, att[p], s->value_cache_f16 + at + (size_t)p * kvd, hs);
 }
 
 // Stores n positions' keys and values (n, kv_dim) that were computed
@@ -4245,6 +4244,119 @@ static float dot_f32(const float *a, const float *b, int n) {
 
 #endif
 
+/* Attention's two loops over a head's cached positions (fp32 cache): the
+   scores, one dot_f32 per key, the same sums for one position as for a
+   prefill block (so batched prefill equals token-by-token), and the
+   weighted sum of the values. The SIMD weighted sums keep the output in
+   registers across the positions, where the plain loop goes to memory for
+   every position, and do its operations in its order (a multiply, then an
+   add), so they equal it bit for bit. */
+
+// att[p] = q . k[p * stride ..] * scale for p < n.
+static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale) {
+    for (int p = 0; p < n; p++) att[p] = dot_f32(q, k + (size_t)p * stride, hs) * scale;
+}
+
+// out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
+// The SIMD builds call it for their tail columns, and the tests.
+__attribute__((unused)) static void attention_values_plain(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    memset(out, 0, (size_t)hs * sizeof(float));
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < hs; i++) out[i] += att[p] * v[(size_t)p * stride + i];
+}
+
+#if HAVE_AVX512
+
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    int i = 0;
+    for (; i + 64 <= hs; i += 64) { // 64 outputs in four registers
+        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) {
+            __m512 a = _mm512_set1_ps(att[p]);
+            o0 = _mm512_add_ps(o0, _mm512_mul_ps(a, _mm512_loadu_ps(vp)));
+            o1 = _mm512_add_ps(o1, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 16)));
+            o2 = _mm512_add_ps(o2, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 32)));
+            o3 = _mm512_add_ps(o3, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 48)));
+        }
+        _mm512_storeu_ps(out + i, o0);
+        _mm512_storeu_ps(out + i + 16, o1);
+        _mm512_storeu_ps(out + i + 32, o2);
+        _mm512_storeu_ps(out + i + 48, o3);
+    }
+    for (; i < hs; i += 16) { // then 16 at a time, the last masked
+        __mmask16 m = hs - i >= 16 ? (__mmask16)0xFFFF : tail_mask(hs - i);
+        __m512 o = _mm512_setzero_ps();
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(att[p]), _mm512_maskz_loadu_ps(m, vp)));
+        _mm512_mask_storeu_ps(out + i, m, o);
+    }
+}
+
+#elif HAVE_AVX2
+
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    int i = 0;
+    for (; i + 32 <= hs; i += 32) { // 32 outputs in four registers
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) {
+            __m256 a = _mm256_set1_ps(att[p]);
+            o0 = _mm256_add_ps(o0, _mm256_mul_ps(a, _mm256_loadu_ps(vp)));
+            o1 = _mm256_add_ps(o1, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 8)));
+            o2 = _mm256_add_ps(o2, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 16)));
+            o3 = _mm256_add_ps(o3, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 24)));
+        }
+        _mm256_storeu_ps(out + i, o0);
+        _mm256_storeu_ps(out + i + 8, o1);
+        _mm256_storeu_ps(out + i + 16, o2);
+        _mm256_storeu_ps(out + i + 24, o3);
+    }
+    for (; i + 8 <= hs; i += 8) {
+        __m256 o = _mm256_setzero_ps();
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]), _mm256_loadu_ps(vp)));
+        _mm256_storeu_ps(out + i, o);
+    }
+    if (i < hs) attention_values_plain(out + i, att, v + i, stride, n, hs - i);
+}
+
+#elif HAVE_NEON
+
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    int i = 0;
+    for (; i + 16 <= hs; i += 16) { // 16 outputs in four registers
+        float32x4_t o0 = vdupq_n_f32(0.0f), o1 = o0, o2 = o0, o3 = o0;
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) {
+            float32x4_t a = vdupq_n_f32(att[p]);
+            o0 = vaddq_f32(o0, vmulq_f32(a, vld1q_f32(vp)));
+            o1 = vaddq_f32(o1, vmulq_f32(a, vld1q_f32(vp + 4)));
+            o2 = vaddq_f32(o2, vmulq_f32(a, vld1q_f32(vp + 8)));
+            o3 = vaddq_f32(o3, vmulq_f32(a, vld1q_f32(vp + 12)));
+        }
+        vst1q_f32(out + i, o0);
+        vst1q_f32(out + i + 4, o1);
+        vst1q_f32(out + i + 8, o2);
+        vst1q_f32(out + i + 12, o3);
+    }
+    for (; i + 4 <= hs; i += 4) {
+        float32x4_t o = vdupq_n_f32(0.0f);
+        const float *vp = v + i;
+        for (int p = 0; p < n; p++, vp += stride) o = vaddq_f32(o, vmulq_f32(vdupq_n_f32(att[p]), vld1q_f32(vp)));
+        vst1q_f32(out + i, o);
+    }
+    if (i < hs) attention_values_plain(out + i, att, v + i, stride, n, hs - i);
+}
+
+#else
+
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    attention_values_plain(out, att, v, stride, n, hs);
+}
+
+#endif
+
 /* The fp16 KV cache (--kv f16): keys and values are rounded to half
    precision when stored and widened when attention reads them, halving the
    cache's memory and traffic. */
@@ -5118,7 +5230,10 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
             int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
             if (f.offset) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * xsum));
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
-            if (f.mins) summ[t] = _mm512_add_epi32(summ[t], _mm512_mullo_epi32(m, _mm512_set1_epi32(xsum)));
+            // m_j (a byte) is the low half of each int32 lane, its high half
+            // zero, and xsum (at most 32 * 128) the low half of x's lanes: one
+            // exact 16-bit multiply-add where a 32-bit multiply takes two steps
+            if (f.mins) summ[t] = _mm512_dpwssd_epi32(summ[t], m, _mm512_set1_epi32(xsum));
         }
     }
 }

@@ -1672,6 +1672,36 @@ static void test_small_twins(void) {
            "swiglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu, bad_exp, bad_f16, bad_half);
 }
 
+// Attention's weighted sum of the values against its plain twin, bit for
+// bit (the same multiplies and adds in the same order), for head sizes that
+// reach each path's blocks and tails, with a cache row wider than a head;
+// and the scores, one dot_f32 per key.
+static void test_attention_twins(void) {
+    enum { MAX_HS = 200, MAX_N = 37, STRIDE = 211 };
+    uint64_t rng = 41;
+    static float v[MAX_N * STRIDE], att[MAX_N], q[MAX_HS], fast[MAX_HS], plain[MAX_HS];
+    int sizes[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 48, 64, 80, 96, 100, 128, 200}, checked = 0, bad = 0;
+    random_floats(&rng, v, MAX_N * STRIDE);
+    random_floats(&rng, q, MAX_HS);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (int n = 1; n <= MAX_N; n += 12) {
+            int hs = sizes[i];
+            random_floats(&rng, att, MAX_N);
+            memset(fast, 0xFF, sizeof fast); // NaN: a value it does not write shows
+            attention_values(fast, att, v + 5, STRIDE, n, hs);
+            attention_values_plain(plain, att, v + 5, STRIDE, n, hs);
+            bad += memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
+            attention_scores(att, q, v + 3, STRIDE, n, hs, 0.125f);
+            for (int p = 0; p < n; p++) {
+                float want = dot_f32(q, v + 3 + (size_t)p * STRIDE, hs) * 0.125f;
+                bad += memcmp(&att[p], &want, sizeof want) != 0;
+            }
+            checked++;
+        }
+    report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores == dot_f32 per key",
+           bad == 0 && checked == 16 * 4, "%d of %d cases off", bad, checked);
+}
+
 // A NaN or infinity anywhere in x makes every output of every kernel NaN
 // (the dispatch checks x once), for one position and for a batch.
 static void test_dispatch_not_finite(void) {
@@ -2384,6 +2414,7 @@ static void kernel_tests(void) {
     test_dot_extremes_all();
     test_packed_k_extremes();
     test_small_twins();
+    test_attention_twins();
     test_dispatch_not_finite();
     test_exp_row();
     test_packed_layout();
