@@ -153,6 +153,8 @@ typedef struct {
     ActBlock *act_blocks; // (BATCH, max_cols / 32) inputs quantized for the packed kernels
     unsigned char *act;   // (BATCH, act_bytes_max(max_cols)) inputs in a weight type's
                           // activation format (act_type in the weight types' table)
+    int8_t *amx_x;        // AMX builds: (BATCH / 16, max_cols / 256, 16, 256) the K-quants'
+                          // Q8_K quants again, 16 positions' rows of a block side by side
 } MatmulScratch;
 
 // Activations for one position, and the KV cache for all positions so far.
@@ -5318,40 +5320,33 @@ static atomic_int amx_in_use;
 static int amx_take(void) { return !atomic_exchange_explicit(&amx_in_use, 1, memory_order_acquire); }
 static void amx_give(void) { atomic_store_explicit(&amx_in_use, 0, memory_order_release); }
 
-// A chunk's signed bytes as int16: the low (half 0) or high 8 bytes of each
-// 128-bit lane, the order packs_epi16 puts back.
-static inline __m512i unpack_bytes(__m512i v, int half) {
-    __m512i pairs = half ? _mm512_unpackhi_epi8(v, v) : _mm512_unpacklo_epi8(v, v);
-    return _mm512_srai_epi16(pairs, 8);
-}
-
 // A value per row (16 int32 lanes, -128..255) as a chunk holds its rows:
 // row r's low byte in bytes 4r..4r+3.
 static inline __m512i spread_rows(__m512i per_row) {
     return _mm512_shuffle_epi8(per_row, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12)));
 }
 
-// Each row's scale (int32 lanes, -128..127) as int16 lanes lined up with a
-// chunk's after unpack_bytes: row 4L + 2 * half + i / 4 in word i of lane L.
-static inline __m512i row_words(__m512i per_row, int half) { return unpack_bytes(spread_rows(per_row), half); }
-
 // Super-block (g, b)'s w = sc_j * (q - offset) as bytes in the chunk layout
-// (byte 64 c + 4 r + i: row r's value 4 c + i), high and low.
+// (byte 64 c + 4 r + i: row r's value 4 c + i), high and low. A chunk's
+// even and odd bytes are multiplied as int16 words in place (each row's
+// scale in both words of its lane), so no byte leaves its position.
 static inline __attribute__((always_inline)) void amx_weights(int8_t *high, uint8_t *low, const unsigned char *quants,
                                                                const unsigned char *meta, PackedK f) {
     int n_chunks = QK_K / f.n_subs / 4;
+    __m512i low_byte = _mm512_set1_epi16(0x00FF);
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) {
         __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(meta + meta_sc(f) + 16 * j)));
-        __m512i sc0 = row_words(sc, 0), sc1 = row_words(sc, 1);
+        sc = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16));
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++) {
             int c = n_chunks * j + i;
             __m512i v = _mm512_sub_epi8(packed_k_chunk(quants, c, f), _mm512_set1_epi8((char)f.offset));
-            __m512i w0 = _mm512_mullo_epi16(unpack_bytes(v, 0), sc0), w1 = _mm512_mullo_epi16(unpack_bytes(v, 1), sc1);
-            __m512i byte = _mm512_set1_epi16(0xFF);
-            _mm512_store_si512(high + 64 * c, _mm512_packs_epi16(_mm512_srai_epi16(w0, 8), _mm512_srai_epi16(w1, 8)));
-            _mm512_store_si512(low + 64 * c, _mm512_packus_epi16(_mm512_and_si512(w0, byte), _mm512_and_si512(w1, byte)));
+            __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), odd = _mm512_srai_epi16(v, 8); // signed bytes
+            __m512i w_even = _mm512_mullo_epi16(even, sc), w_odd = _mm512_mullo_epi16(odd, sc);
+            // |w| <= 128 * 32 fits int16: its high byte (signed) and low byte (unsigned) back in place
+            _mm512_store_si512(high + 64 * c, _mm512_ternarylogic_epi32(_mm512_srli_epi16(w_even, 8), w_odd, low_byte, 0xF4)); // a | (b & ~c)
+            _mm512_store_si512(low + 64 * c, _mm512_ternarylogic_epi32(w_even, _mm512_slli_epi16(w_odd, 8), low_byte, 0xEC)); // (a & c) | b
         }
     }
 }
@@ -5366,12 +5361,24 @@ static inline __attribute__((always_inline)) void amx_mins(uint8_t *mins, const 
     }
 }
 
-// n (a multiple of AMX_TOKENS) positions x[t * col_blocks ..] against group
-// g's rows: out[t * out_stride + r] for r < n_rows.
+// Position t's Q8_K quants (col_blocks blocks at x) into x_tiles, where the
+// tiles read them: the quants of positions 16 p .. 16 p + 15 in block b are
+// 16 rows of 256 bytes at (p * col_blocks + b) * 4096. From the Q8_K rows
+// themselves (292 bytes apart, the quants 4 bytes in) each 64-byte tile row
+// would straddle two cache lines (Q4_K 2048 x 1024, 128 positions, one
+// thread: 288-304 -> 338-342 GMAC/s).
+static void amx_arrange(int8_t *x_tiles, const BlockQ8_K *x, int t, int n_blocks) {
+    for (int b = 0; b < n_blocks; b++)
+        memcpy(x_tiles + ((size_t)(t / AMX_TOKENS) * n_blocks + b) * AMX_TOKENS * QK_K + (size_t)(t % AMX_TOKENS) * QK_K, x[b].qs, QK_K);
+}
+
+// n (a multiple of AMX_TOKENS) positions x[t * col_blocks ..], their quants
+// also in x_tiles (amx_arrange), against group g's rows: out[t * out_stride
+// + r] for r < n_rows.
 static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                const BlockQ8_K *x, int n, int n_rows, PackedK f) {
+                                                                const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedK f) {
     int n_blocks = col_blocks(m);
-    size_t x_stride = (size_t)n_blocks * sizeof(BlockQ8_K), meta_bytes = type_traits[m->type].packed_meta_bytes;
+    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     _Alignas(64) int8_t high[QK_K * GROUP_ROWS];
     _Alignas(64) uint8_t low[QK_K * GROUP_ROWS];
     _Alignas(64) uint8_t mins[QK_K * GROUP_ROWS];
@@ -5389,11 +5396,12 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
         __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
         for (int p = 0; p < n; p += AMX_TOKENS) {
             const BlockQ8_K *xp = x + (size_t)p * n_blocks + b;
+            const int8_t *xt = x_tiles + ((size_t)(p / AMX_TOKENS) * n_blocks + b) * AMX_TOKENS * QK_K;
             _tile_zero(0);
             _tile_zero(1);
             _tile_zero(5);
             for (int i = 0; i < QK_K / 64; i++) { // 64 values: 16 chunks
-                _tile_loadd(2, xp->qs + 64 * i, x_stride);
+                _tile_loadd(2, xt + 64 * i, QK_K);
                 _tile_loadd(3, high + 1024 * i, 64);
                 _tile_loadd(4, low + 1024 * i, 64);
                 _tile_dpbssd(0, 2, 3);
@@ -5421,16 +5429,19 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
 #endif
 
 // Any number of positions for one format (a constant once inlined): tiles
-// of AMX_TOKENS on AMX, then of PACKED_TOKENS, then one at a time.
+// of AMX_TOKENS on AMX (where x_tiles holds their quants), then of
+// PACKED_TOKENS, then one at a time.
 static inline __attribute__((always_inline)) void packed_k_group_as(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                     const BlockQ8_K *x, int n, int n_rows, PackedK f) {
+                                                                     const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedK f) {
     int t = 0;
 #if HAVE_AMX
-    if (n >= AMX_TOKENS && amx_ready() && amx_take()) {
+    if (x_tiles && n >= AMX_TOKENS && amx_ready() && amx_take()) {
         t = n / AMX_TOKENS * AMX_TOKENS;
-        packed_k_amx(out, out_stride, m, g, x, t, n_rows, f);
+        packed_k_amx(out, out_stride, m, g, x, x_tiles, t, n_rows, f);
         amx_give();
     }
+#else
+    (void)x_tiles;
 #endif
     for (; t + PACKED_TOKENS <= n; t += PACKED_TOKENS)
         packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), PACKED_TOKENS, n_rows, f);
@@ -5438,15 +5449,18 @@ static inline __attribute__((always_inline)) void packed_k_group_as(float *out, 
         packed_k_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows, f);
 }
 
-// packed_k_group_plain's SIMD twin: one compiled kernel per type.
-static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, int n, int n_rows) {
+// packed_k_group_plain's SIMD twin: one compiled kernel per type. x_tiles:
+// NULL, or x's first n / AMX_TOKENS * AMX_TOKENS positions as amx_arrange
+// puts them, for the AMX tiles.
+static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, const int8_t *x_tiles,
+                           int n, int n_rows) {
     switch (m->type) {
-    case TYPE_Q2_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q2_K)); break;
-    case TYPE_Q3_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q3_K)); break;
-    case TYPE_Q4_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q4_K)); break;
-    case TYPE_Q5_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q5_K)); break;
-    case TYPE_Q6_K: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_Q6_K)); break;
-    default: packed_k_group_as(out, out_stride, m, g, x, n, n_rows, packed_k_format(TYPE_IQ4_XS));
+    case TYPE_Q2_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q2_K)); break;
+    case TYPE_Q3_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q3_K)); break;
+    case TYPE_Q4_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q4_K)); break;
+    case TYPE_Q5_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q5_K)); break;
+    case TYPE_Q6_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q6_K)); break;
+    default: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_IQ4_XS));
     }
 }
 
@@ -5479,8 +5493,10 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
     // second turn still goes to whichever thread is free.
     int turn = n >= PACKED_TOKENS ? 1 : (total + 2 * threads_available() - 1) / (2 * threads_available());
     (void)turn; // read only by the OpenMP pragma
+    int8_t *x_tiles = NULL; // the quants again for the AMX tiles
+    (void)x_tiles;          // read only where the packed K kernels are built
 #if HAVE_AMX
-    if (k_quant && n >= AMX_TOKENS) amx_ready(); // asked here, before the threads start
+    if (k_quant && n >= AMX_TOKENS && amx_ready() && !use_plain_kernels) x_tiles = mm->amx_x; // asked here, before the threads start
 #endif
     #pragma omp parallel
     {
@@ -5489,6 +5505,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
         for (t = 0; t < n; t++) {
             if (k_quant) quantize_padded(xk + (size_t)t * n_blocks, x + (size_t)t * cols, cols, TYPE_Q8_K);
             else quantize_act(xq + (size_t)t * n_blocks, x + (size_t)t * cols, cols, type);
+#if HAVE_AMX
+            if (x_tiles && t < n / AMX_TOKENS * AMX_TOKENS) amx_arrange(x_tiles, xk + (size_t)t * n_blocks, t, n_blocks);
+#endif
         }
         #pragma omp for schedule(dynamic, turn)
         for (gi = 0; gi < total; gi++) {
@@ -5499,7 +5518,7 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
             float *o = outs[i] + (size_t)g * GROUP_ROWS;
             if (k_quant) { // all positions at once (the AMX tiles take 16)
 #if HAVE_AVX512_VNNI
-                if (!use_plain_kernels) { packed_k_group(o, (size_t)m->rows, m, g, xk, n, n_rows); continue; }
+                if (!use_plain_kernels) { packed_k_group(o, (size_t)m->rows, m, g, xk, x_tiles, n, n_rows); continue; }
 #endif
                 packed_k_group_plain(o, (size_t)m->rows, m, g, xk, n, n_rows);
                 continue;
@@ -5593,6 +5612,10 @@ static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols) {
     mm->tiles = calloc((size_t)BATCH * max_cols, sizeof(float));
     mm->act_blocks = calloc((size_t)BATCH * ((max_cols + QK - 1) / QK), sizeof(ActBlock));
     mm->act = calloc((size_t)BATCH, act_bytes_max(max_cols));
+#if HAVE_AMX
+    mm->amx_x = aligned_alloc(64, (size_t)BATCH * padded_cols(TYPE_Q8_K, max_cols)); // a multiple of 64
+    if (!mm->amx_x) return -1;
+#endif
     return mm->tiles && mm->act_blocks && mm->act ? 0 : -1;
 }
 
@@ -5600,6 +5623,7 @@ static void free_matmul_scratch(MatmulScratch *mm) {
     free(mm->tiles);
     free(mm->act_blocks);
     free(mm->act);
+    free(mm->amx_x);
     memset(mm, 0, sizeof *mm);
 }
 

@@ -2155,15 +2155,20 @@ static void test_packed_k_extremes(void) {
             }
             pack_matrix(packed, &m);
             m.packed = packed;
+            const int8_t *tiles = NULL; // the first 16 positions' quants for the AMX tiles
 #if HAVE_AMX
+            static _Alignas(64) int8_t x_tiles[AMX_TOKENS * N];
+            for (int t = 0; t < AMX_TOKENS; t++) amx_arrange(x_tiles, act[t], t, N / QK_K);
+            tiles = x_tiles;
             amx_ready(); // as matmul_packed does before its threads
 #endif
+            (void)tiles;
             for (int plain = 0; plain < 2; plain++)
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
                     if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
 #if HAVE_AVX512_VNNI
-                    else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
+                    else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], tiles, n_positions, n_rows);
 #endif
                 }
             for (int i = 0; i < ROWS; i++) {
