@@ -4824,8 +4824,9 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
 
 // quants: the block being computed; end: the end of the matrix's quants
-// (computed once per call: this runs per block).
-static void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
+// (computed once per call: this runs per block). Always inlined, like
+// prefetch_line: a call that only prefetches has no effect GCC must keep.
+static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
     for (const unsigned char *p = quants + PREFETCH_BYTES; p < quants + PREFETCH_BYTES + block_bytes && p < end; p += 64)
         prefetch_line(p);
 }
