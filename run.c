@@ -5373,7 +5373,7 @@ static void amx_arrange(int8_t *x_tiles, const BlockQ8_K *x, int t, int n_blocks
         memcpy(x_tiles + ((size_t)(t / AMX_TOKENS) * n_blocks + b) * AMX_TOKENS * QK_K + (size_t)(t % AMX_TOKENS) * QK_K, x[b].qs, QK_K);
 }
 
-// n (a multiple of AMX_TOKENS) positions x[t * col_blocks ..], their quants
+// n (a multiple of AMX_TOKENS, at most BATCH) positions x[t * col_blocks ..], their quants
 // also in x_tiles (amx_arrange), against group g's rows: out[t * out_stride
 // + r] for r < n_rows.
 static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_t out_stride, const Matrix *m, int g,
@@ -5384,11 +5384,13 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
     _Alignas(64) uint8_t low[QK_K * GROUP_ROWS];
     _Alignas(64) uint8_t mins[QK_K * GROUP_ROWS];
     _Alignas(64) int32_t sums[3][AMX_TOKENS][GROUP_ROWS]; // of the high bytes, low bytes, mins
+    // The outputs while they add up, position by position: in out itself
+    // (positions 4 KB or more apart, the same L1 set) they evicted each other.
+    _Alignas(64) float acc[BATCH][GROUP_ROWS];
     TileConfig config = {.palette = 1};
     for (int i = 0; i < N_TILES; i++) { config.row_bytes[i] = 64; config.rows[i] = 16; }
     _tile_loadconfig(&config);
-    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
-    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, _mm512_setzero_ps());
+    memset(acc, 0, (size_t)n * sizeof acc[0]);
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         amx_weights(high, low, packed_quants(m, (size_t)g * n_blocks + b), meta, f);
@@ -5418,14 +5420,15 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
             for (int t = 0; t < AMX_TOKENS; t++) {
                 __m512i sumi = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][t]), 8), _mm512_load_si512(sums[1][t]));
                 __m512 xd = _mm512_set1_ps(xp[(size_t)t * n_blocks].d);
-                float *o = out + (size_t)(p + t) * out_stride;
-                __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, xd), _mm512_maskz_loadu_ps(rows, o));
-                if (f.mins) acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmin, xd), acc);
-                _mm512_mask_storeu_ps(o, rows, acc);
+                __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(d, xd), _mm512_load_ps(acc[p + t]));
+                if (f.mins) a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[2][t])), _mm512_mul_ps(dmin, xd), a);
+                _mm512_store_ps(acc[p + t], a);
             }
         }
     }
     _tile_release();
+    __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
+    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, _mm512_load_ps(acc[t]));
 }
 #endif
 
