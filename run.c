@@ -169,11 +169,11 @@ typedef struct {
     float *rope_cos;    // (head_size/2) rotation of the current position
     float *rope_sin;    // (head_size/2)
     float *logits;      // (vocab_size)
-    float *key_cache;   // (n_layers, seq_len, kv_dim), or NULL with an fp16 cache:
-    float *value_cache; // (n_layers, seq_len, kv_dim)
-    uint16_t *key_cache_f16;   // (n_layers, seq_len, kv_dim) with --kv f16, else NULL
-    uint16_t *value_cache_f16; // (n_layers, seq_len, kv_dim)
-    float *k;           // (kv_dim) with the fp16 cache: the key before it is stored
+    float *key_cache;   // (n_layers, n_kv_heads, seq_len, head_size), or NULL with an fp16 cache:
+    float *value_cache; // (n_layers, n_kv_heads, seq_len, head_size)
+    uint16_t *key_cache_f16;   // (n_layers, n_kv_heads, seq_len, head_size) with --kv f16, else NULL
+    uint16_t *value_cache_f16; // (n_layers, n_kv_heads, seq_len, head_size)
+    float *k;           // (kv_dim) the key of the current position, before it is stored
     float *v;           // (kv_dim) and the value
     // prefill: the same for a block of up to BATCH positions, one row each
     float *bx;          // (BATCH, dim)
@@ -352,31 +352,48 @@ static void add_bias(float *x, const float *bias, int n, int width) {
    (vocab_size); forward_batch() runs a block of positions at once (prompts).
    Callers feed positions 0, 1, 2, ... in order; pos < seq_len. */
 
+// Where the cache holds the key (or value) of kv head kv_head at position
+// pos of a layer. Each head's positions lie together, head_size apart, so
+// attention reads them in a row (a position's heads side by side, kv_dim
+// apart, were 1 KB or more from one key to the next, and the keys of a
+// head landed in a few L1 sets that could not hold them).
+static size_t kv_at(const Config *c, int layer, int kv_head, int pos) {
+    return (((size_t)layer * c->n_kv_heads + kv_head) * c->seq_len + pos) * c->head_size;
+}
+
 // Causal self-attention of query head h (q: head_size values) over positions
 // 0..pos of this layer's cache; att is scratch of pos + 1 scores, the result
 // goes to out (head_size).
 static void attention_head(const Transformer *t, int layer, int h, int pos, const float *q, float *att, float *out) {
     const Config *c = &t->config;
     const RunState *s = &t->state;
-    int hs = c->head_size, kvd = kv_dim(c);
-    int kv_head = h / (c->n_heads / c->n_kv_heads);
-    size_t layer_offset = (size_t)layer * c->seq_len * kvd;
+    int hs = c->head_size;
+    size_t at = kv_at(c, layer, h / (c->n_heads / c->n_kv_heads), 0); // this head's position 0
     float scale = 1.0f / sqrtf((float)hs);
-    size_t at = layer_offset + (size_t)kv_head * hs; // position 0's key or value of this head
-    if (s->key_cache) attention_scores(att, q, s->key_cache + at, kvd, pos + 1, hs, scale);
+    if (s->key_cache) attention_scores(att, q, s->key_cache + at, (size_t)hs, pos + 1, hs, scale);
     else
-        for (int p = 0; p <= pos; p++) att[p] = dot_f32_f16(q, s->key_cache_f16 + at + (size_t)p * kvd, hs) * scale;
+        for (int p = 0; p <= pos; p++) att[p] = dot_f32_f16(q, s->key_cache_f16 + at + (size_t)p * hs, hs) * scale;
     softmax(att, pos + 1);
-    if (s->value_cache) { attention_values(out, att, s->value_cache + at, kvd, pos + 1, hs); return; }
+    if (s->value_cache) { attention_values(out, att, s->value_cache + at, (size_t)hs, pos + 1, hs); return; }
     memset(out, 0, (size_t)hs * sizeof(float));
-    for (int p = 0; p <= pos; p++) axpy_f16(out, att[p], s->value_cache_f16 + at + (size_t)p * kvd, hs);
+    for (int p = 0; p <= pos; p++) axpy_f16(out, att[p], s->value_cache_f16 + at + (size_t)p * hs, hs);
 }
 
-// Stores n positions' keys and values (n, kv_dim) that were computed
-// outside an fp16 cache at offset cache_at.
-static void store_kv_f16(RunState *s, size_t cache_at, const float *k, const float *v, size_t n_values) {
-    f32_to_f16_row(s->key_cache_f16 + cache_at, k, n_values);
-    f32_to_f16_row(s->value_cache_f16 + cache_at, v, n_values);
+// Stores n positions' keys and values k, v (n, kv_dim) into the cache of
+// layer l at positions pos.., each head's part where kv_at puts it.
+static void store_kv(RunState *s, const Config *c, int l, int pos, const float *k, const float *v, int n) {
+    int hs = c->head_size, kvd = kv_dim(c);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            size_t at = kv_at(c, l, h, pos + i), from = (size_t)i * kvd + (size_t)h * hs;
+            if (s->key_cache) {
+                memcpy(s->key_cache + at, k + from, (size_t)hs * sizeof(float));
+                memcpy(s->value_cache + at, v + from, (size_t)hs * sizeof(float));
+            } else {
+                f32_to_f16_row(s->key_cache_f16 + at, k + from, (size_t)hs);
+                f32_to_f16_row(s->value_cache_f16 + at, v + from, (size_t)hs);
+            }
+        }
 }
 
 float *forward(Transformer *t, int token, int pos) {
@@ -392,11 +409,9 @@ float *forward(Transformer *t, int token, int pos) {
 
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
-        size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
-        float *k = s->key_cache ? s->key_cache + cache_at : s->k;
-        float *v = s->value_cache ? s->value_cache + cache_at : s->v;
+        float *k = s->k, *v = s->v;
 
-        // attention: q, k, v for this position; k and v go straight into an fp32 cache
+        // attention: q, k, v for this position; k and v then go into the cache
         rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
         matmul_shared((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, &s->mm);
         add_bias(s->q, lw->bq, 1, c->n_heads * hs);
@@ -404,7 +419,7 @@ float *forward(Transformer *t, int token, int pos) {
         add_bias(v, lw->bv, 1, kvd);
         rope(s->q, c->n_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
         rope(k, c->n_kv_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
-        if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)kvd);
+        store_kv(s, c, l, pos, k, v, 1);
         int h;
         #pragma omp parallel for private(h)
         for (h = 0; h < c->n_heads; h++)
@@ -466,11 +481,9 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
 
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
-        size_t cache_at = ((size_t)l * c->seq_len + pos) * kvd;
-        float *k = s->key_cache ? s->key_cache + cache_at : s->bk;     // (n, kv_dim): the block's
-        float *v = s->value_cache ? s->value_cache + cache_at : s->bv; // rows of an fp32 cache
+        float *k = s->bk, *v = s->bv; // (n, kv_dim)
 
-        // attention: q, k, v for the block; k and v go straight into an fp32 cache
+        // attention: q, k, v for the block; k and v then go into the cache
         rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
         matmul_shared((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, &s->mm);
         add_bias(s->bq, lw->bq, n, q_dim);
@@ -483,7 +496,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
             rope(k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
         }
-        if (!s->key_cache) store_kv_f16(s, cache_at, k, v, (size_t)n * kvd);
+        store_kv(s, c, l, pos, k, v, n);
         int h;
         #pragma omp parallel for private(h, i) schedule(static)
         for (h = 0; h < c->n_heads; h++)
