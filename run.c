@@ -7116,13 +7116,14 @@ static double fma_peak(void) {
 
 // Bytes of the layers' matrices plus the classifier: what a generated token reads.
 static double weight_bytes(const Transformer *t) {
-    const Config *c = &t->config;
-    const LayerWeights *lw = &t->weights.layers[0];
-    const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-    double layer = 0.0;
-    for (int i = 0; i < 7; i++) layer += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
     const Matrix *cls = &t->weights.wcls;
-    return c->n_layers * layer + (double)cls->rows * type_row_bytes(cls->type, cls->cols);
+    double bytes = (double)cls->rows * type_row_bytes(cls->type, cls->cols);
+    for (int l = 0; l < t->config.n_layers; l++) { // each layer: a mix gives layers different types
+        const LayerWeights *lw = &t->weights.layers[l];
+        const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        for (int i = 0; i < 7; i++) bytes += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
+    }
+    return bytes;
 }
 
 // Multiply-adds in one layer's matrices (per position).

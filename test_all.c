@@ -2190,6 +2190,41 @@ static void test_packed_k_extremes(void) {
     }
 }
 
+// The benchmark's bytes per generated token (weight_bytes) against the
+// file's own tensor table: every matrix but the token embedding (unless it
+// is also the classifier), each layer at its own type. A default mix gives
+// layers different types (Q4_K_M: some layers' wv and w2 are Q6_K).
+static void test_bench_weight_bytes(const char *path, const char *label) {
+    char name[128];
+    format_text(name, sizeof name, "bench: bytes per token = the %s file's matrices", label);
+    Bytes file;
+    Gguf g;
+    Transformer t;
+    if (load_file(path, &file) != 0) { report(name, 0, "cannot read %s", path); return; }
+    if (gguf_parse(&g, (const unsigned char *)file.data, file.len, path) != 0) {
+        report(name, 0, "%s", error_message);
+        bytes_free(&file);
+        return;
+    }
+    double expect = 0.0;
+    int shared = gguf_tensor(&g, "output.weight") == NULL, n_types = 0;
+    uint32_t types[8];
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const GgufTensor *x = &g.tensors[i];
+        if (x->n_dims != 2 || (!shared && x->name_len == 17 && memcmp(x->name, "token_embd.weight", 17) == 0)) continue;
+        expect += (double)x->size;
+        int seen = 0;
+        for (int k = 0; k < n_types; k++) seen |= types[k] == x->type;
+        if (!seen && n_types < 8) types[n_types++] = x->type;
+    }
+    gguf_free(&g);
+    bytes_free(&file);
+    if (transformer_open(&t, path) != 0) { report(name, 0, "transformer_open: %s", error_message); return; }
+    double got = weight_bytes(&t);
+    transformer_close(&t);
+    report(name, got == expect && n_types >= 2, "%.0f bytes, the tensor table says %.0f (%d types)", got, expect, n_types);
+}
+
 // Logits of ids fed one by one, and in batches split at odd places.
 static void test_batched_prefill(const char *path, const char *label) {
     Transformer one, batch;
@@ -2439,6 +2474,7 @@ static void kernel_tests(void) {
     test_batched_prefill(path, "g128 Q4_0 GGUF");
     shared_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
     test_batched_prefill(path, "k256 Q4_K_M GGUF");
+    test_bench_weight_bytes(path, "k256 Q4_K_M");
     test_kv_f16();
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
