@@ -6986,9 +6986,9 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
    Benchmark (-m bench): prompt processing and generation speed, and next to
    them the machine's own ceilings measured with the same threads: read
    bandwidth (the best of 3 passes summing a 1 GiB array) and fp32 FMA
-   throughput (independent multiply-add chains). The machine may be shared, so each of BENCH_RUNS
-   rounds measures both ceilings right before the model runs, and every
-   figure is a median over the rounds. Then, for F32 weights, the same runs
+   throughput (independent multiply-add chains). The machine may be
+   shared, so each of BENCH_RUNS rounds measures both ceilings right before
+   the model runs, and every figure is a median over the rounds. Then, for F32 weights, the same runs
    with the plain kernels (the "before"). */
 
 #define BENCH_RUNS 5
