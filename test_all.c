@@ -2207,11 +2207,11 @@ static void test_bench_weight_bytes(const char *path, const char *label) {
         return;
     }
     double expect = 0.0;
-    int shared = gguf_tensor(&g, "output.weight") == NULL, n_types = 0;
+    int tied = gguf_tensor(&g, "output.weight") == NULL, n_types = 0;
     uint32_t types[8];
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         const GgufTensor *x = &g.tensors[i];
-        if (x->n_dims != 2 || (!shared && x->name_len == 17 && memcmp(x->name, "token_embd.weight", 17) == 0)) continue;
+        if (x->n_dims != 2 || (!tied && x->name_len == 17 && memcmp(x->name, "token_embd.weight", 17) == 0)) continue;
         expect += (double)x->size;
         int seen = 0;
         for (int k = 0; k < n_types; k++) seen |= types[k] == x->type;
