@@ -3846,16 +3846,30 @@ static float dot_iq4_nl(const void *row, const void *act, int n) {
 }
 
 #elif HAVE_NEON
+// Q5_0's or Q5_1's 32 q (0..31) as bytes, values 0..15 in lo and 16..31 in
+// hi: the nibbles, and bit j of qh as 16 in byte j (each byte picks its qh
+// byte, then tests its own bit).
+static void q5_bytes(uint8x16_t *lo, uint8x16_t *hi, const uint8_t *qs, const uint8_t *qh_bytes) {
+    static const uint8_t qh_byte[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t qh = vreinterpretq_u8_u32(vdupq_n_u32(read_qh32(qh_bytes))), sixteen = vdupq_n_u8(16);
+    uint8x16_t high_lo = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, vld1q_u8(qh_byte)), vld1q_u8(bit)), sixteen);
+    uint8x16_t high_hi = vandq_u8(vtstq_u8(vqtbl1q_u8(qh, vld1q_u8(qh_byte + 16)), vld1q_u8(bit)), sixteen);
+    uint8x16_t packed = vld1q_u8(qs);
+    *lo = vorrq_u8(vandq_u8(packed, vdupq_n_u8(0x0F)), high_lo);
+    *hi = vorrq_u8(vshrq_n_u8(packed, 4), high_hi);
+}
+
 static float dot_q5_0(const void *row, const void *act, int n) {
     const BlockQ5_0 *w = row;
     const BlockQ8_0 *x = act;
     float sum = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        int q[32];
-        int8_t bytes[32];
-        q5_values(q, w[i].qs, w[i].qh);
-        for (int k = 0; k < 32; k++) bytes[k] = (int8_t)(q[k] - 16);
-        int32x4_t sums = dot_bytes(vld1q_s8(bytes), vld1q_s8(bytes + 16), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        uint8x16_t lo, hi;
+        q5_bytes(&lo, &hi, w[i].qs, w[i].qh);
+        int8x16_t wlo = vreinterpretq_s8_u8(vsubq_u8(lo, vdupq_n_u8(16))), whi = vreinterpretq_s8_u8(vsubq_u8(hi, vdupq_n_u8(16)));
+        int32x4_t sums = dot_bytes(wlo, whi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
         sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums);
     }
     return sum;
@@ -3977,11 +3991,9 @@ static float dot_q5_1(const void *row, const void *act, int n) {
     const BlockQ8_1 *x = act;
     float sum = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        int q[32];
-        int8_t bytes[32];
-        q5_values(q, w[i].qs, w[i].qh);
-        for (int k = 0; k < 32; k++) bytes[k] = (int8_t)q[k];
-        int32x4_t sums = dot_bytes(vld1q_s8(bytes), vld1q_s8(bytes + 16), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        uint8x16_t lo, hi;
+        q5_bytes(&lo, &hi, w[i].qs, w[i].qh);
+        int32x4_t sums = dot_bytes(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
         sum += f16_to_f32(w[i].d) * f16_to_f32(x[i].d) * vaddvq_s32(sums) + f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
     }
     return sum;
