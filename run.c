@@ -2055,6 +2055,9 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
 #else
 #define HAVE_AVX512_VNNI 0
 #endif
+#if HAVE_AVX512_VNNI
+#include <cpuid.h>
+#endif
 #if HAVE_AVX512_VNNI && defined(__AVX512VBMI__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define HAVE_AMX 1
 #include <stdatomic.h>
@@ -4839,21 +4842,34 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // Generation reads each weight once, in order, and while a core computes,
 // the hardware prefetchers fall behind: the kernels ask for each line of
 // quants twice ahead of the block they compute, about a block's worth of
-// lines per block: PREFETCH_L2_BYTES ahead into L2 (from memory), and
+// lines per block: prefetch_l2_bytes ahead into L2 (from memory), and
 // PREFETCH_L1_BYTES ahead into L1 (from L2, so the loads themselves do not
 // wait on L2). Measured on tl1b, 2 threads, tok/s: into L2 alone, Q4_K_M
-// 37.6 -> 42, Q6_K 30.4 -> 33.3, Q4_0 38.5 -> 43.7 (into L1 alone: no gain;
-// 2 KB or 8 KB ahead: less); both, the matrix products alone of Q4_K_M
-// 40.5-40.9 -> 45.2 (a 1 GB Q4_K matrix: 25.3-26.2 -> 29.0-29.5 GB/s).
-#define PREFETCH_L2_BYTES 4096
-#define PREFETCH_L1_BYTES 1536
+// 37.6 -> 42, Q6_K 30.4 -> 33.3, Q4_0 38.5 -> 43.7 (into L1 alone: no gain);
+// both, the matrix products alone of Q4_K_M 40.5-40.9 -> 45.2 (a 1 GB Q4_K
+// matrix: 25.3-26.2 -> 29.0-29.5 GB/s).
+#define PREFETCH_L1_BYTES 2048
 
-// The line PREFETCH_L2_BYTES past p into L2, and the one PREFETCH_L1_BYTES
+// How far ahead into L2 depends on the machine (BENCHMARKS.md, session 9):
+// on Intel Sapphire Rapids (our 2 threads an SMT pair of one core) 4 KB
+// is best and 8-16 KB lose 4-5%; on AMD Zen 4 (2 cores) 4 KB leaves the
+// memory idle and 12 KB runs 15-30% faster whenever it is not busy.
+// choose_prefetch sets it once, at load.
+static size_t prefetch_l2_bytes = 4096;
+
+static void choose_prefetch(void) {
+    unsigned max_leaf, vendor[3];
+    // the vendor string, 12 bytes in ebx, edx, ecx
+    if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0)
+        prefetch_l2_bytes = 12288;
+}
+
+// The line prefetch_l2_bytes past p into L2, and the one PREFETCH_L1_BYTES
 // past it into L1 (a prefetch never faults; the callers stop at about the
 // matrix's end). Always inlined, like prefetch_ahead: a call that only
 // prefetches has no effect GCC must keep.
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p) {
-    _mm_prefetch((const char *)p + PREFETCH_L2_BYTES, _MM_HINT_T1);
+    _mm_prefetch((const char *)p + prefetch_l2_bytes, _MM_HINT_T1);
     _mm_prefetch((const char *)p + PREFETCH_L1_BYTES, _MM_HINT_T0);
 }
 
@@ -4861,7 +4877,7 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
 // end: the end of the matrix's quants (computed once per call: this runs
 // per block).
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
-    for (const unsigned char *p = quants; p < quants + block_bytes && p + PREFETCH_L2_BYTES < end; p += 64)
+    for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_l2_bytes < end; p += 64)
         prefetch_line(p);
 }
 
@@ -5290,7 +5306,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
-        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + PREFETCH_L2_BYTES < end, f);
+        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_l2_bytes < end, f);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
         __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
         for (int t = 0; t < n_t; t++) {
@@ -5690,6 +5706,9 @@ static int choose_kernels(Transformer *t, const char *path) {
         if (m->kernel == KERNEL_PACKED) total += (packed_size(m) + 63) / 64 * 64;
     }
     if (total == 0) return 0;
+#if HAVE_AVX512_VNNI
+    choose_prefetch();
+#endif
     // On 2 MB boundaries, and Linux asked for huge pages where it gives them
     // on request (transparent_hugepage "madvise"): the kernels stream every
     // weight, and with 4 KB pages each page costs a TLB miss.
