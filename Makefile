@@ -108,7 +108,8 @@ clean:
 
 # ---- Hardening: fuzzers and sanitizers (fuzz/README.md) ----
 # make fuzz         builds the libFuzzer harnesses (clang) into build/fuzz/ and
-#                   runs each for FUZZ_SECONDS; non-zero exit on any finding
+#                   runs each for FUZZ_SECONDS, FUZZ_JOBS at a time; non-zero
+#                   exit on any finding
 # make fuzz-regress replays fuzz/regressions/ and the seed corpus once
 # make fuzz-corpus  regenerates fuzz/corpus/ (fuzz/mkseeds.c, tools/mkmodel)
 # make test-asan    the whole suite built with ASan + UBSan, in build/asan/
