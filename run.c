@@ -277,10 +277,15 @@ static void free_run_state(RunState *s) {
    The math. Plain C, each function the definition that the engine room's
    fast kernels are tested against. */
 
+// The squares are summed in double and the mean rounded to float, as ggml
+// does: with a float sum the scale could differ from llama.cpp's in its
+// last bit, which moves every value and, through the 8-bit activations of
+// the quantized products, now and then one value's rounding.
 static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
-    float ss = 0.0f;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    float scale = 1.0f / sqrtf(ss / n + eps);
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    float mean = (float)(ss / n);
+    float scale = 1.0f / sqrtf(mean + eps);
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
 }
 
