@@ -2390,7 +2390,8 @@ static void test_quantize_like_llama_cpp_k256(void) {
 // worst error 2.3e-2 to 3.1e-2. Limits: Q8_0 top-1 >= 98.5% and error 5e-2;
 // Q4_0 >= 85% and 0.8 (measured 91.4% and 0.46); Q6_K >= 95% and 0.2
 // (measured 98.4-98.7%, 0.084); Q4_K and the Q4_K_M mix >= 85% and 0.8
-// (93.7%, 0.25 and 96.9-97.3%, 0.18 with the builds and summations tried). README has every type's figures.
+// (93.7%, 0.25 and 96.9-97.3%, 0.18 over the builds and summations
+// tried). README has every type's figures.
 // Both models run each case as one prefill (forward_batch, which the
 // batched-prefill tests hold to forward), the fp32 one once for all types,
 // and a model two cases share is quantized once: under emulation and ASan
