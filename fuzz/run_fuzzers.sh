@@ -14,6 +14,9 @@ build=$1
 shift
 seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-2}
+case $jobs in
+    '' | *[!0-9]* | 0) echo "fuzz/run_fuzzers.sh: FUZZ_JOBS='$jobs': give the number of targets to run at once (1 or more)" >&2; exit 2 ;;
+esac
 
 # One target; its exit status goes to logs/NAME.status.
 fuzz_one() {
