@@ -4847,34 +4847,42 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // Generation reads each weight once, in order, and while a core computes,
 // the hardware prefetchers fall behind: the kernels ask for each line of
 // quants twice ahead of the block they compute, about a block's worth of
-// lines per block: prefetch_l2_bytes ahead into L2 (from memory), and
-// PREFETCH_L1_BYTES ahead into L1 (from L2, so the loads themselves do not
-// wait on L2). Measured on tl1b, 2 threads, tok/s: into L2 alone, Q4_K_M
-// 37.6 -> 42, Q6_K 30.4 -> 33.3, Q4_0 38.5 -> 43.7 (into L1 alone: no gain);
-// both, the matrix products alone of Q4_K_M 40.5-40.9 -> 45.2 (a 1 GB Q4_K
-// matrix: 25.3-26.2 -> 29.0-29.5 GB/s).
+// lines per block: prefetch_far_bytes ahead (from memory), and
+// PREFETCH_L1_BYTES ahead into L1 (from wherever the first request put
+// it, so the loads themselves do not wait). Measured on tl1b, 2 threads,
+// tok/s: the far request alone, Q4_K_M 37.6 -> 42, Q6_K 30.4 -> 33.3, Q4_0
+// 38.5 -> 43.7 (the L1 one alone: no gain); both, the matrix products alone
+// of Q4_K_M 40.5-40.9 -> 45.2 (a 1 GB Q4_K matrix: 25.3-26.2 -> 29.0-29.5 GB/s).
 #define PREFETCH_L1_BYTES 2048
 
-// How far ahead into L2 depends on the machine (BENCHMARKS.md, session 9):
-// on Intel Sapphire Rapids (our 2 threads an SMT pair of one core) 4 KB
-// is best and 8-16 KB lose 4-5%; on AMD Zen 4 (2 cores) 4 KB leaves the
-// memory idle and 12 KB runs 15-30% faster whenever it is not busy.
-// choose_prefetch sets it once, at load.
-static size_t prefetch_l2_bytes = 4096;
+// The far request depends on the machine (BENCHMARKS.md, sessions 9 and
+// 11). On Intel Sapphire Rapids (our 2 threads an SMT pair of one core)
+// 4 KB ahead into L2 (PREFETCHT1) is best, and 8-16 KB lose 4-5%. On AMD
+// Zen 4 (2 cores) 4 KB leaves the memory idle, and PREFETCHT1 is at times
+// dropped (others have measured that too); PREFETCHNTA 8 KB ahead (in AMD's
+// guides, a fill of L1 that is not kept in L2 afterwards) generates faster
+// than PREFETCHT1 12 KB ahead: tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0
+// and Q4_0 +10%. choose_prefetch sets both once, at load.
+static size_t prefetch_far_bytes = 4096;
+static int prefetch_far_nta = 0; // 1: PREFETCHNTA, 0: PREFETCHT1
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3];
     // the vendor string, 12 bytes in ebx, edx, ecx
-    if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0)
-        prefetch_l2_bytes = 12288;
+    if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0) {
+        prefetch_far_bytes = 8192;
+        prefetch_far_nta = 1;
+    }
 }
 
-// The line prefetch_l2_bytes past p into L2, and the one PREFETCH_L1_BYTES
-// past it into L1 (a prefetch never faults; the callers stop at about the
+// The line prefetch_far_bytes past p, and the one PREFETCH_L1_BYTES past
+// it into L1 (a prefetch never faults; the callers stop at about the
 // matrix's end). Always inlined, like prefetch_ahead: a call that only
-// prefetches has no effect GCC must keep.
+// prefetches has no effect GCC must keep. The hint is an immediate, hence
+// the branch (the same way every time: free).
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p) {
-    _mm_prefetch((const char *)p + prefetch_l2_bytes, _MM_HINT_T1);
+    if (prefetch_far_nta) _mm_prefetch((const char *)p + prefetch_far_bytes, _MM_HINT_NTA);
+    else _mm_prefetch((const char *)p + prefetch_far_bytes, _MM_HINT_T1);
     _mm_prefetch((const char *)p + PREFETCH_L1_BYTES, _MM_HINT_T0);
 }
 
@@ -4882,7 +4890,7 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
 // end: the end of the matrix's quants (computed once per call: this runs
 // per block).
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
-    for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_l2_bytes < end; p += 64)
+    for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_far_bytes < end; p += 64)
         prefetch_line(p);
 }
 
@@ -5311,7 +5319,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
-        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_l2_bytes < end, f);
+        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_far_bytes < end, f);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
         __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
         for (int t = 0; t < n_t; t++) {
