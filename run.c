@@ -6940,39 +6940,103 @@ static void put_i32(unsigned char *p, int32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(u >> (8 * i));
 }
 
-/* Q4_K_M, the mix llama-quantize writes by default for "Q4_K_M" (ftype 15;
-   no --pure, no importance matrix), from llama.cpp's llama_tensor_get_type
-   for a dense llama model:
+/* llama-quantize's mixes: what it writes by default (no --pure, no
+   importance matrix) for "Q2_K", "Q3_K_S", ..., "Q5_K_M", from llama.cpp's
+   llama_tensor_get_type for a dense llama model (not Falcon, no experts).
+   Each starts from its base type (Q4_K for Q4_K_M) and then, per tensor:
    - the classifier (output.weight, or token_embd.weight when the classifier
      is shared): Q6_K;
-   - attn_v and ffn_down of layer i: Q6_K if use_more_bits(i, n_layers),
-     else Q4_K: the first and last eighth of the layers and every third
-     layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2: layer 1);
-   - everything else (attn_q, attn_k, attn_output, ffn_gate, ffn_up, and
-     token_embd when the classifier is separate): Q4_K;
-   - rows that are not whole super-blocks of 256 fall back: Q4_K -> Q5_0,
-     Q6_K -> Q8_0, and F16 when not whole blocks of 32 either.
-   Checked against the shared k256.mix_q4_k_m.gguf, block for block. */
-enum { DTYPE_Q4_K_M = TYPE_COUNT }; // a --dtype beyond the type ids: the mix
+   - attn_v of layer i:  Q2_K: Q4_K if n_heads / n_kv_heads >= 4, else Q3_K;
+     Q3_K_M: Q5_K for i < 2, else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < 4;
+     Q4_K_M, Q5_K_M: Q6_K if use_more_bits(i, n_layers); then, in a 70B
+     model (80 layers with grouped-query attention), Q3_K or Q4_K -> Q5_K;
+   - ffn_down of layer i: Q2_K: Q3_K; Q3_K_M: Q5_K for i < n_layers / 16,
+     else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < n_layers / 8; Q4_K_M,
+     Q5_K_M: Q6_K if use_more_bits(i, n_layers);
+   - attn_output: Q2_K: Q3_K; Q3_K_M: Q4_K; Q3_K_L: Q5_K;
+   - everything else (attn_q, attn_k, ffn_gate, ffn_up, and token_embd when
+     the classifier is separate): the base type;
+   - rows that are not whole super-blocks of 256 fall back: Q2_K and Q3_K
+     -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when not
+     whole blocks of 32 either.
+   use_more_bits picks the first and last eighth of the layers and every
+   third layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2:
+   layer 1). Checked against the shared k256 files of Q2_K, Q3_K_M, Q4_K_M
+   and Q5_K_M, block for block. A --dtype beyond the type ids names a mix;
+   "q2_k" is GGUF's type alone (llama-quantize --pure), "q2_k_mix" the mix. */
+enum { DTYPE_Q2_K_MIX = TYPE_COUNT, DTYPE_Q3_K_S, DTYPE_Q3_K_M, DTYPE_Q3_K_L, DTYPE_Q4_K_S, DTYPE_Q4_K_M,
+       DTYPE_Q5_K_S, DTYPE_Q5_K_M, DTYPE_END };
+
+typedef struct {
+    const char *flag; // its --dtype
+    const char *name; // llama-quantize's
+    int base;         // TYPE_*: the type of most matrices
+} Mix;
+
+static const Mix mixes[DTYPE_END - TYPE_COUNT] = {
+    {"q2_k_mix", "Q2_K", TYPE_Q2_K}, {"q3_k_s", "Q3_K_S", TYPE_Q3_K}, {"q3_k_m", "Q3_K_M", TYPE_Q3_K},
+    {"q3_k_l", "Q3_K_L", TYPE_Q3_K}, {"q4_k_s", "Q4_K_S", TYPE_Q4_K}, {"q4_k_m", "Q4_K_M", TYPE_Q4_K},
+    {"q5_k_s", "Q5_K_S", TYPE_Q5_K}, {"q5_k_m", "Q5_K_M", TYPE_Q5_K},
+};
+
+static int is_mix(int dtype) { return dtype >= TYPE_COUNT && dtype < DTYPE_END; }
+
+// A --dtype's name for messages: the mix's (Q4_K_M) or the type's.
+static const char *dtype_name(int dtype) {
+    return is_mix(dtype) ? mixes[dtype - TYPE_COUNT].name : type_name((uint32_t)dtype);
+}
 
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
+// A mix's type for attn_v, attn_output or ffn_down (part 2, 3, 5) of layer i.
+static int mix_part_type(int dtype, const Config *c, int part, int i) {
+    int L = c->n_layers, type = mixes[dtype - TYPE_COUNT].base, many = dtype == DTYPE_Q4_K_M || dtype == DTYPE_Q5_K_M;
+    if (part == 2) { // attn_v
+        if (dtype == DTYPE_Q2_K_MIX) type = c->n_heads / c->n_kv_heads >= 4 ? TYPE_Q4_K : TYPE_Q3_K;
+        if (dtype == DTYPE_Q3_K_M) type = i < 2 ? TYPE_Q5_K : TYPE_Q4_K;
+        if (dtype == DTYPE_Q3_K_L || (dtype == DTYPE_Q4_K_S && i < 4)) type = TYPE_Q5_K;
+        if (many && use_more_bits(i, L)) type = TYPE_Q6_K;
+        if (L == 80 && c->n_heads != c->n_kv_heads && (type == TYPE_Q3_K || type == TYPE_Q4_K)) type = TYPE_Q5_K; // 70B
+    } else if (part == 3) { // attn_output
+        if (dtype == DTYPE_Q2_K_MIX) type = TYPE_Q3_K;
+        if (dtype == DTYPE_Q3_K_M) type = TYPE_Q4_K;
+        if (dtype == DTYPE_Q3_K_L) type = TYPE_Q5_K;
+    } else if (part == 5) { // ffn_down
+        if (dtype == DTYPE_Q2_K_MIX) type = TYPE_Q3_K;
+        if (dtype == DTYPE_Q3_K_M) type = i < L / 16 ? TYPE_Q5_K : TYPE_Q4_K;
+        if (dtype == DTYPE_Q3_K_L || (dtype == DTYPE_Q4_K_S && i < L / 8)) type = TYPE_Q5_K;
+        if (many && use_more_bits(i, L)) type = TYPE_Q6_K;
+    }
+    return type;
+}
+
+// llama-quantize's fallback for a K-type whose rows (row_len values) are
+// not whole super-blocks.
+static int fallback_type(int type, int row_len) {
+    if (row_len % QK_K == 0) return type;
+    if (row_len % QK) return TYPE_F16;
+    switch (type) {
+    case TYPE_Q2_K: case TYPE_Q3_K: return TYPE_IQ4_NL;
+    case TYPE_Q4_K: return TYPE_Q5_0;
+    case TYPE_Q5_K: return TYPE_Q5_1;
+    default: return TYPE_Q8_0; // Q6_K
+    }
+}
+
 // The type of matrix index (runc_type's order) when quantizing to dtype.
 static int matrix_dtype(int dtype, const Config *c, int index) {
-    if (dtype != DTYPE_Q4_K_M) return dtype;
+    if (!is_mix(dtype)) return dtype;
     int L = c->n_layers, part = index >= 1 && index <= 7 * L ? (index - 1) / L : -1, layer = (index - 1) % L;
     int q_dim = c->n_heads * c->head_size, cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
     int row_len = part >= 0 ? cols[part] : c->dim;
     int classifier = index == 1 + 7 * L || (index == 0 && c->shared_classifier);
-    int type = TYPE_Q4_K;
-    if (classifier || ((part == 2 || part == 5) && use_more_bits(layer, L))) type = TYPE_Q6_K; // attn_v, ffn_down
-    if (row_len % QK_K) type = row_len % QK ? TYPE_F16 : type == TYPE_Q6_K ? TYPE_Q8_0 : TYPE_Q5_0;
-    return type;
+    int type = classifier ? TYPE_Q6_K : part >= 0 ? mix_part_type(dtype, c, part, layer) : mixes[dtype - TYPE_COUNT].base;
+    return fallback_type(type, row_len);
 }
 
-// Whether --dtype may name dtype: a type the table writes, or the mix.
+// Whether --dtype may name dtype: a type the table writes, or a mix.
 static int dtype_writable(int dtype) {
-    return dtype == DTYPE_Q4_K_M || (type_supported(dtype) && type_traits[dtype].quantize);
+    return is_mix(dtype) || (type_supported(dtype) && type_traits[dtype].quantize);
 }
 
 // Writes t to out_path in our format with matrices of the given type (or
@@ -6990,7 +7054,7 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     size_t row_bytes = (size_t)widest * sizeof(float); // a short row of blocks can outgrow its floats
     for (int i = 0; i < n_types; i++)
         if (type_row_bytes(types[i], widest) > row_bytes) row_bytes = type_row_bytes(types[i], widest);
-    int base = dtype == DTYPE_Q4_K_M ? TYPE_Q4_K : dtype; // version 2: the mix's main type, for messages
+    int base = is_mix(dtype) ? mixes[dtype - TYPE_COUNT].base : dtype; // version 2: the mix's main type, for messages
     unsigned char header[RUNC_HEADER_SIZE] = {0};
     int32_t fields[] = {mixed ? RUNC_VERSION_TYPES : RUNC_VERSION, c->dim, c->hidden_dim, c->n_layers, c->n_heads,
                         c->n_kv_heads, c->vocab_size, c->seq_len, c->head_size};
@@ -7366,9 +7430,10 @@ void usage(FILE *f) {
         "mode and model:\n"
         "  -m <mode>                  generate | chat | tokenize | logits | bench | quantize\n"
         "                             (default generate)\n"
-        "      --dtype <type>         quantize mode: f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q4_k_m\n"
-        "                             (llama-quantize's mix) | q2_k | q3_k | q5_k | q4_1 | q5_0 |\n"
-        "                             q5_1 | iq4_nl | iq4_xs\n"
+        "      --dtype <type>         quantize mode: f32 | f16 | q8_0 | q4_0 | q4_k | q6_k | q2_k |\n"
+        "                             q3_k | q5_k | q4_1 | q5_0 | q5_1 | iq4_nl | iq4_xs (one type\n"
+        "                             for every matrix), or llama-quantize's mixes: q4_k_m | q5_k_m\n"
+        "                             | q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l | q4_k_s | q5_k_s\n"
         "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
         "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
         "      --threads <int>        threads (default: OMP_NUM_THREADS, else every core)\n"
@@ -7408,19 +7473,18 @@ static int parse_seed(const char *flag, const char *s, uint64_t *out) {
 }
 
 // A type the table can write, by its GGML name in lower case (q8_0), or
-// the mix q4_k_m.
+// a mix by its flag (q4_k_m).
 static int parse_dtype(const char *s, int *type) {
-    char names[256] = "";
-    if (!strcmp(s, "q4_k_m")) { *type = DTYPE_Q4_K_M; return 0; }
-    for (int t = 0; t < TYPE_COUNT; t++) {
+    char names[512] = "";
+    for (int t = 0; t < DTYPE_END; t++) {
         if (!dtype_writable(t)) continue;
         char name[16];
-        snprintf(name, sizeof name, "%s", type_name((uint32_t)t));
+        snprintf(name, sizeof name, "%s", is_mix(t) ? mixes[t - TYPE_COUNT].flag : type_name((uint32_t)t));
         for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
         if (!strcmp(s, name)) { *type = t; return 0; }
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", name);
     }
-    return fail("--dtype: '%s' is not one of %s, q4_k_m", s, names);
+    return fail("--dtype: '%s' is not one of %s", s, names);
 }
 
 // The flag that arg names ("-t", "--temp", "--temp=0.5"), or -1; *value is
@@ -7525,7 +7589,7 @@ int parse_args(Options *o, int argc, char **argv) {
     if (o->mode_bit == MODE_LOGITS && (!o->prompt_file || !o->output))
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (o->mode_bit == MODE_QUANTIZE && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, ...)");
+        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, q5_k_m, ...)");
     return ARGS_OK;
 }
 
@@ -7594,7 +7658,9 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
         if (beyond)
             return fail("%s: the model has %s, which run.c's format cannot hold yet; run the GGUF file as it is",
                         o->checkpoint, beyond);
-        return quantize_mode(t, o->checkpoint, o->output, o->dtype);
+        if (quantize_mode(t, o->checkpoint, o->output, o->dtype) != 0) return -1;
+        fprintf(stderr, "wrote %s: %s\n", o->output, dtype_name(o->dtype)); // the mix's name, or the type's
+        return 0;
     }
     // a GGUF model carries its tokenizer; -z still overrides it
     const char *tokenizer = o->tokenizer ? o->tokenizer : t->is_gguf ? o->checkpoint : "tokenizer.bin";

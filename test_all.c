@@ -2311,17 +2311,16 @@ static void test_f16_conversions(void) {
 
 // -m quantize against llama.cpp: the reference GGUF files were quantized by
 // llama-quantize from an mkmodel checkpoint; our quantization of that
-// checkpoint (type, or the mix DTYPE_Q4_K_M) must give the same bytes,
+// checkpoint (a type, or a mix such as DTYPE_Q4_K_M) must give the same bytes,
 // tensor by tensor, each tensor in the same type. gguf_name: a file of
 // SHARED/models/gguf; args: mkmodel's arguments after the output file.
 static void quantize_like_llama_cpp(const char *gguf_name, const char *const *args, int dtype) {
     char name[160], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE], label[64];
-    const char *dtype_name = dtype == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)dtype);
-    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", dtype_name, gguf_name);
+    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", dtype_name(dtype), gguf_name);
     format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%s", shared, gguf_name);
     format_text(label, sizeof label, "from-%s", gguf_name);
     if (make_model(label, args, source) != 0) { report(name, 0, "mkmodel failed"); return; }
-    format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name);
+    format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name(dtype));
     Transformer src, ours, theirs;
     if (transformer_open_mapped(&src, source, 0) != 0) { report(name, 0, "%s", error_message); return; }
     int err = quantize_mode(&src, source, out, dtype);
@@ -2366,17 +2365,103 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
 }
 
 // The k256 files (SHARED/README.md): `mkmodel k256.bin 256 768 2 4 2 512 256
-// --seed 21` quantized by llama-quantize, --pure to one type, and the
-// default Q4_K_M mix.
+// --seed 21` quantized by llama-quantize, --pure to one type, and its
+// default Q2_K, Q3_K_M, Q4_K_M and Q5_K_M mixes.
 static void test_quantize_like_llama_cpp_k256(void) {
     static const char *const k256[] = {"256", "768", "2", "4", "2", "512", "256", "--seed", "21", NULL};
     static const struct { const char *file; int dtype; } files[] = {
         {"k256.q4_k.gguf", TYPE_Q4_K}, {"k256.q6_k.gguf", TYPE_Q6_K}, {"k256.mix_q4_k_m.gguf", DTYPE_Q4_K_M},
         {"k256.q2_k.gguf", TYPE_Q2_K}, {"k256.q3_k.gguf", TYPE_Q3_K}, {"k256.q5_k.gguf", TYPE_Q5_K},
         {"k256.q4_1.gguf", TYPE_Q4_1}, {"k256.q5_0.gguf", TYPE_Q5_0}, {"k256.q5_1.gguf", TYPE_Q5_1},
-        {"k256.iq4_nl.gguf", TYPE_IQ4_NL}, {"k256.iq4_xs.gguf", TYPE_IQ4_XS},
+        {"k256.iq4_nl.gguf", TYPE_IQ4_NL}, {"k256.iq4_xs.gguf", TYPE_IQ4_XS}, {"k256.mix_q2_k.gguf", DTYPE_Q2_K_MIX},
+        {"k256.mix_q3_k_m.gguf", DTYPE_Q3_K_M}, {"k256.mix_q5_k_m.gguf", DTYPE_Q5_K_M},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) quantize_like_llama_cpp(files[i].file, k256, files[i].dtype);
+}
+
+// Each mix's types for shapes the k256 files (2 layers) do not reach: attn_v,
+// attn_output and ffn_down of every layer, one digit per layer (2 for Q2_K,
+// ..., 6 for Q6_K), as llama-quantize (llama.cpp c392e509) chose them for
+// mkmodel checkpoints of these shapes (dim 256, hidden 512), where our
+// quantize mode gave its blocks byte for byte: 22 layers with 4 query heads
+// per key head (TinyLlama's layers and ratio), 80 with 4 (the 70B rule), 32
+// without grouping (Q2_K's attn_v stays Q3_K).
+static void test_mix_rules(void) {
+    static const struct {
+        int layers, heads, kv_heads, dtype;
+        const char *attn_v, *attn_output, *ffn_down;
+    } cases[] = {
+        {22, 8, 2, DTYPE_Q2_K_MIX, "4444444444444444444444", "3333333333333333333333", "3333333333333333333333"},
+        {22, 8, 2, DTYPE_Q3_K_S, "3333333333333333333333", "3333333333333333333333", "3333333333333333333333"},
+        {22, 8, 2, DTYPE_Q3_K_M, "5544444444444444444444", "4444444444444444444444", "5444444444444444444444"},
+        {22, 8, 2, DTYPE_Q3_K_L, "5555555555555555555555", "5555555555555555555555", "5555555555555555555555"},
+        {22, 8, 2, DTYPE_Q4_K_S, "5555444444444444444444", "4444444444444444444444", "5544444444444444444444"},
+        {22, 8, 2, DTYPE_Q4_K_M, "6644644644644644644666", "4444444444444444444444", "6644644644644644644666"},
+        {22, 8, 2, DTYPE_Q5_K_S, "5555555555555555555555", "5555555555555555555555", "5555555555555555555555"},
+        {22, 8, 2, DTYPE_Q5_K_M, "6655655655655655655666", "5555555555555555555555", "6655655655655655655666"},
+        {80, 8, 2, DTYPE_Q2_K_MIX,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "33333333333333333333333333333333333333333333333333333333333333333333333333333333",
+         "33333333333333333333333333333333333333333333333333333333333333333333333333333333"},
+        {80, 8, 2, DTYPE_Q3_K_S,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "33333333333333333333333333333333333333333333333333333333333333333333333333333333",
+         "33333333333333333333333333333333333333333333333333333333333333333333333333333333"},
+        {80, 8, 2, DTYPE_Q3_K_M,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "44444444444444444444444444444444444444444444444444444444444444444444444444444444",
+         "55555444444444444444444444444444444444444444444444444444444444444444444444444444"},
+        {80, 8, 2, DTYPE_Q3_K_L,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555"},
+        {80, 8, 2, DTYPE_Q4_K_S,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "44444444444444444444444444444444444444444444444444444444444444444444444444444444",
+         "55555555554444444444444444444444444444444444444444444444444444444444444444444444"},
+        {80, 8, 2, DTYPE_Q4_K_M,
+         "66666666665565565565565565565565565565565565565565565565565565565565566666666666",
+         "44444444444444444444444444444444444444444444444444444444444444444444444444444444",
+         "66666666664464464464464464464464464464464464464464464464464464464464466666666666"},
+        {80, 8, 2, DTYPE_Q5_K_S,
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555"},
+        {80, 8, 2, DTYPE_Q5_K_M,
+         "66666666665565565565565565565565565565565565565565565565565565565565566666666666",
+         "55555555555555555555555555555555555555555555555555555555555555555555555555555555",
+         "66666666665565565565565565565565565565565565565565565565565565565565566666666666"},
+        {32, 4, 4, DTYPE_Q2_K_MIX, "33333333333333333333333333333333", "33333333333333333333333333333333", "33333333333333333333333333333333"},
+        {32, 4, 4, DTYPE_Q3_K_S, "33333333333333333333333333333333", "33333333333333333333333333333333", "33333333333333333333333333333333"},
+        {32, 4, 4, DTYPE_Q3_K_M, "55444444444444444444444444444444", "44444444444444444444444444444444", "55444444444444444444444444444444"},
+        {32, 4, 4, DTYPE_Q3_K_L, "55555555555555555555555555555555", "55555555555555555555555555555555", "55555555555555555555555555555555"},
+        {32, 4, 4, DTYPE_Q4_K_S, "55554444444444444444444444444444", "44444444444444444444444444444444", "55554444444444444444444444444444"},
+        {32, 4, 4, DTYPE_Q4_K_M, "66664464464464464464464464466666", "44444444444444444444444444444444", "66664464464464464464464464466666"},
+        {32, 4, 4, DTYPE_Q5_K_S, "55555555555555555555555555555555", "55555555555555555555555555555555", "55555555555555555555555555555555"},
+        {32, 4, 4, DTYPE_Q5_K_M, "66665565565565565565565565566666", "55555555555555555555555555555555", "66665565565565565565565565566666"},
+    };
+    int bad = 0, n = 0;
+    char first[320] = "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c = {.dim = 256, .hidden_dim = 512, .n_layers = cases[i].layers, .n_heads = cases[i].heads,
+                    .n_kv_heads = cases[i].kv_heads, .head_size = 256 / cases[i].heads};
+        const char *want[3] = {cases[i].attn_v, cases[i].attn_output, cases[i].ffn_down};
+        const int parts[3] = {2, 3, 5}; // runc_type's order: wq wk wv wo w1 w2 w3
+        for (int p = 0; p < 3; p++) {
+            char got[96] = "";
+            for (int l = 0; l < c.n_layers && l < 95; l++) {
+                int type = matrix_dtype(cases[i].dtype, &c, 1 + parts[p] * c.n_layers + l);
+                got[l] = type == TYPE_Q2_K ? '2' : type == TYPE_Q3_K ? '3' : type == TYPE_Q4_K ? '4' : type == TYPE_Q5_K ? '5'
+                       : type == TYPE_Q6_K ? '6' : '?';
+            }
+            n++;
+            if (strcmp(got, want[p]) != 0 && !bad++)
+                format_text(first, sizeof first, "; first: %s, %d layers, part %d: %s, llama-quantize %s", dtype_name(cases[i].dtype),
+                            c.n_layers, parts[p], got, want[p]);
+        }
+    }
+    report("-m quantize's mixes give llama-quantize's types layer by layer (22, 32 and 80 layers)", bad == 0,
+           "%d lists, %d differ%s", n, bad, first);
 }
 
 // Quality of quantized weights (the target: Q8_0 keeps top-1 >= 99%): each
@@ -2487,7 +2572,7 @@ static void test_quantized_quality(void) {
         format_text(path, sizeof path, "build/tmp/quality.%d.bin", run->type);
         remove(path);
         format_text(name, sizeof name, "%s quality against fp32 on the logits cases' ids: top-1 agreement >= %.1f%%, worst error <= %.0e",
-                    run->type == DTYPE_Q4_K_M ? "Q4_K_M" : type_name((uint32_t)run->type), 100 * run->min_top1, run->max_error);
+                    dtype_name(run->type), 100 * run->min_top1, run->max_error);
         if (run->problem[0]) report(name, 0, "%s", run->problem);
         else report(name, run->rows > 0 && run->agree >= run->min_top1 * run->rows && run->worst <= run->max_error,
                     "%d positions over %d cases: top-1 agrees at %d (%.1f%%), worst error %.2e x max|fp32|", run->rows, n_cases,
@@ -2529,6 +2614,7 @@ static void kernel_tests(void) {
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
     test_quantize_like_llama_cpp_k256();
+    test_mix_rules();
     test_quantized_quality();
 }
 
@@ -3969,6 +4055,21 @@ static void test_flags_refused(const CliFiles *f) {
     }
 }
 
+// --dtype names a type or a mix; anything else is refused in one line that
+// lists them, and nothing is written.
+static void test_dtype_refused(const CliFiles *f) {
+    const char *out = "build/tmp/dtype-refused.bin";
+    char status[64], got[512];
+    remove(out);
+    CliResult r;
+    cli(&r, f->stories, "-m", "quantize", "-o", out, "--dtype", "q4_k_x", NULL);
+    int ok = r.status == 2 && count_lines(&r.err) == 1 && strstr(r.err.data, "q4_k_x") && strstr(r.err.data, "q5_k_m") &&
+             strstr(r.err.data, "q2_k_mix") && strstr(r.err.data, "iq4_xs") && access(out, F_OK) != 0;
+    report("cli: --dtype q4_k_x is refused in one line listing the types and mixes, nothing written", ok, "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+}
+
 // llama.cpp's long names (and --name=value) mean what the short flags do,
 // and its habits that mean something else here get a hint.
 static void test_long_names(const CliFiles *f) {
@@ -4010,6 +4111,7 @@ static void new_user_tests(void) {
     test_foreign_models(&f);
     test_missing_default_tokenizer(&f);
     test_flags_refused(&f);
+    test_dtype_refused(&f);
     test_long_names(&f);
 }
 
