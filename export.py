@@ -16,8 +16,9 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --llama2c FILE a llama2.c checkpoint, version 0, 1 or 2 (Q8_0, dequantized).
   --seq-len N    cap the context length stored in the header.
   --dtype T      weight type of the matrices: f32 (default), f16, q8_0, q4_0,
-                 q5_0, q4_k, q6_k, or q4_k_m (llama-quantize's mix of Q4_K and
-                 Q6_K, written as run.c format version 2): GGUF's blocks,
+                 q5_0, q5_1, q4_k, q5_k, q6_k, or one of llama-quantize's mixes
+                 q4_k_m, q5_k_m, q4_k_s, q5_k_s (written as run.c format
+                 version 2): GGUF's blocks,
                  rounded as run.c and llama-quantize round, byte for byte as
                  ./run -m quantize writes them; norms stay f32.
   --gguf         with --hf: write GGUF whatever the model.
@@ -75,7 +76,10 @@ RUNC_ALIGN = 64
 LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
 # Output weight types: --dtype name -> GGML type id in the header. q8_0 (8) and
-WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q5_0": 6, "q4_k": 12, "q6_k": 14, "q4_k_m": None}
+WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14,
+                "q4_k_m": None, "q5_k_m": None, "q4_k_s": None, "q5_k_s": None}
+# The mixes (llama-quantize's, as run.c's matrix_dtype): --dtype -> base type.
+MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k", "q4_k_s": "q4_k", "q5_k_s": "q5_k"}
 QK = 32  # values per Q8_0 / Q4_0 block
 
 # The largest sizes run.c accepts (run.c's MAX_* limits).
@@ -208,11 +212,13 @@ def encode_tensor(array, kind, dtype):
     if dtype == "f16":
         return np.ascontiguousarray(array, dtype="<f2").ravel().data
     x = np.asarray(array, dtype=np.float32)
-    if dtype in ("q4_k", "q6_k", "q5_0"):  # rows padded with zeros to whole blocks, as run.c pads
-        block = QK if dtype == "q5_0" else QK_K
+    quantizers = {"q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0,
+                  "q5_1": quantize_q5_1}
+    if dtype in quantizers:  # rows padded with zeros to whole blocks, as run.c pads
+        block = QK if dtype in ("q5_0", "q5_1") else QK_K
         padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block), dtype=np.float32)
         padded[:, :x.shape[1]] = x
-        return {"q4_k": quantize_q4_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0}[dtype](padded)
+        return quantizers[dtype](padded)
     return quantize_blocks(x, dtype)
 
 
@@ -222,7 +228,7 @@ def matrix_types(c, dtype):
     for kind, per_layer, shape in runc_tensors(c):
         if not kind.startswith("rms_"):
             for layer in range(c.n_layers) if per_layer else [0]:
-                types.append(q4_k_m_type(c, kind, layer, shape[1]) if dtype == "q4_k_m" else dtype)
+                types.append(mix_type(c, dtype, kind, layer, shape[1]) if dtype in MIXES else dtype)
     return types
 
 
@@ -236,7 +242,7 @@ def write_runc(out_path, source, dtype, inputs):
     mixed = len(set(types)) > 1
     with atomic_output(out_path, inputs) as f:
         if mixed:
-            f.write(runc_header(c, WEIGHT_TYPES["q4_k"], RUNC_VERSION_TYPES))
+            f.write(runc_header(c, WEIGHT_TYPES[MIXES[dtype]], RUNC_VERSION_TYPES))
             f.write(struct.pack(f"<{len(types)}i", *(WEIGHT_TYPES[t] for t in types)))
         else:
             f.write(runc_header(c, WEIGHT_TYPES[types[0]]))
@@ -344,8 +350,9 @@ def k4_scale_min(scales, j):
             (scales[:, j + 4] >> 4) | (scales[:, j] >> 6) << 4)
 
 
-def quantize_q4_k(x):
-    """Rows of whole super-blocks -> Q4_K blocks (bytes), as run.c's quantize_q4_k."""
+def k4_blocks(x, nmax, rmin, nstep):
+    """Rows of whole super-blocks -> (d, dmin, packed scales, L (nb, 8, 32)) of
+    Q4_K (nmax 15) or Q5_K (nmax 31), as run.c's quantize_k4_block."""
     nb = x.shape[0] * x.shape[1] // QK_K
     sub = x.reshape(nb * 8, 32)
     sum_x2 = np.zeros(len(sub), dtype=F32)
@@ -353,7 +360,7 @@ def quantize_q4_k(x):
         sum_x2 = sum_x2 + sub[:, i] * sub[:, i]
     av_x = np.sqrt(sum_x2 / F32(32)).astype(F32)
     w = (av_x[:, None] + np.abs(sub)).astype(F32)
-    scales, mins, L = fit_scale_min(sub, w, 15, -1.0, 0.1, 20)
+    scales, mins, L = fit_scale_min(sub, w, nmax, rmin, 0.1, nstep)
     scales, mins, L = scales.reshape(nb, 8), mins.reshape(nb, 8), L.reshape(nb, 8, 32)
     max_scale = np.maximum(scales.max(axis=1), F32(0))
     max_min = np.maximum(mins.max(axis=1), F32(0))
@@ -375,12 +382,34 @@ def quantize_q4_k(x):
             sc, m = k4_scale_min(packed, j)
             dj = (d.astype(F32) * sc.astype(F32)).astype(F32)
             dm = (dmin.astype(F32) * m.astype(F32)).astype(F32)
-            new = np.clip(nearest_int((xb[:, j] + dm[:, None]) / dj[:, None]), 0, 15)
+            new = np.clip(nearest_int((xb[:, j] + dm[:, None]) / dj[:, None]), 0, nmax)
             L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
+    return d, dmin, packed, L
+
+
+def quantize_q4_k(x):
+    """Rows of whole super-blocks -> Q4_K blocks (bytes), as run.c's quantize_q4_k."""
+    d, dmin, packed, L = k4_blocks(x, 15, -1.0, 20)
+    nb = len(d)
     L = L.reshape(nb, 4, 2, 32)
     blocks = np.empty(nb, dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)])
     blocks["d"], blocks["dmin"], blocks["scales"] = d, dmin, packed
     blocks["qs"] = (L[:, :, 0] | L[:, :, 1] << 4).reshape(nb, 128).astype(np.uint8)
+    return blocks.tobytes()
+
+
+def quantize_q5_k(x):
+    """Rows of whole super-blocks -> Q5_K blocks (bytes), as run.c's quantize_q5_k:
+    Q4_K's layout for the low 4 bits, bit 4 of value k in qh[k % 32], bit k // 32."""
+    d, dmin, packed, L = k4_blocks(x, 31, -0.5, 15)
+    nb = len(d)
+    L = L.reshape(nb, QK_K).astype(np.uint8)
+    low = (L & 0xF).reshape(nb, 4, 2, 32)
+    qh = ((L >> 4).reshape(nb, 8, 32) << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    blocks = np.empty(nb, dtype=[("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32),
+                                 ("qs", "u1", 128)])
+    blocks["d"], blocks["dmin"], blocks["scales"], blocks["qh"] = d, dmin, packed, qh
+    blocks["qs"] = (low[:, :, 0] | low[:, :, 1] << 4).reshape(nb, 128)
     return blocks.tobytes()
 
 
@@ -459,18 +488,49 @@ def quantize_q5_0(x):
     return blocks.tobytes()
 
 
+def quantize_q5_1(x):
+    """Rows of whole blocks of 32 -> Q5_1 blocks (bytes), as run.c's quantize_q5_1:
+    d = (max - min) / 31, q = int((x - min) / d + 0.5)."""
+    b = x.reshape(-1, QK)
+    mn, mx = b[:, 0].copy(), b[:, 0].copy()
+    for i in range(1, QK):  # in C's order, so that a zero keeps the sign it first had
+        mn = np.where(b[:, i] < mn, b[:, i], mn)
+        mx = np.where(b[:, i] > mx, b[:, i], mx)
+    d = ((mx - mn) / F32(31)).astype(F32)
+    q = np.trunc(((b - mn[:, None]).astype(F32) * inverse_scales(d)[:, None]).astype(F32) + F32(0.5)).astype(np.uint32)
+    blocks = np.empty(len(b), dtype=[("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)])
+    blocks["d"], blocks["m"] = d.astype(np.float16), mn.astype(np.float16)
+    blocks["qh"] = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=1, dtype=np.uint32)
+    blocks["qs"] = (q[:, :16] & 0xF) | (q[:, 16:] & 0xF) << 4
+    return blocks.tobytes()
+
+
 def use_more_bits(i, n):
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def q4_k_m_type(c, kind, layer, row_len):
-    """run.c's matrix_dtype for the Q4_K_M mix (llama-quantize's rules, README)."""
-    classifier = kind == "wcls" or (kind == "token_embedding" and c.shared_classifier)
-    t = "q4_k"
-    if classifier or (kind in ("wv", "w2") and use_more_bits(layer, c.n_layers)):
+def mix_type(c, mix, kind, layer, row_len):
+    """run.c's matrix_dtype for the mixes export.py writes (llama-quantize's
+    rules, README): the classifier Q6_K; attn_v (wv) and ffn_down (w2) by
+    layer; rows that are not whole super-blocks fall back."""
+    t = MIXES[mix]
+    many = mix in ("q4_k_m", "q5_k_m")
+    if kind == "wcls" or (kind == "token_embedding" and c.shared_classifier):
         t = "q6_k"
+    elif kind == "wv":
+        if mix == "q4_k_s" and layer < 4:
+            t = "q5_k"
+        if many and use_more_bits(layer, c.n_layers):
+            t = "q6_k"
+        if c.n_layers == 80 and c.n_heads != c.n_kv_heads and t == "q4_k":  # 70B
+            t = "q5_k"
+    elif kind == "w2":
+        if mix == "q4_k_s" and layer < c.n_layers // 8:
+            t = "q5_k"
+        if many and use_more_bits(layer, c.n_layers):
+            t = "q6_k"
     if row_len % QK_K:
-        t = "f16" if row_len % QK else "q8_0" if t == "q6_k" else "q5_0"
+        t = "f16" if row_len % QK else {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}[t]
     return t
 
 
@@ -1783,7 +1843,8 @@ def parse_args(argv):
                         help="SentencePiece tokenizer.model or tokenizer.json -> tokenizer.bin")
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
     parser.add_argument("--dtype", default="f32",
-                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q4_k, q6_k or q4_k_m (a mix)")
+                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
+                             "or a mix: q4_k_m, q5_k_m, q4_k_s, q5_k_s")
     parser.add_argument("--gguf", action="store_true",
                         help="with --hf: write GGUF (weights and tokenizer in one file) even for a model "
                              "run.c's own format can hold")
