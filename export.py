@@ -75,7 +75,8 @@ RUNC_HEADER_SIZE = 256
 RUNC_ALIGN = 64
 LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
-# Output weight types: --dtype name -> GGML type id in the header. q8_0 (8) and
+# Output weight types: --dtype name -> GGML type id in the header (None: a mix,
+# whose matrices each have their own type).
 WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14,
                 "q4_k_m": None, "q5_k_m": None, "q4_k_s": None, "q5_k_s": None}
 # The mixes (llama-quantize's, as run.c's matrix_dtype): --dtype -> base type.
