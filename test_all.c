@@ -2383,9 +2383,10 @@ static void test_quantize_like_llama_cpp_k256(void) {
 // attn_output and ffn_down of every layer, one digit per layer (2 for Q2_K,
 // ..., 6 for Q6_K), as llama-quantize (llama.cpp c392e509) chose them for
 // mkmodel checkpoints of these shapes (dim 256, hidden 512), where our
-// quantize mode gave its blocks byte for byte: 22 layers with 4 query heads
-// per key head (TinyLlama's layers and ratio), 80 with 4 (the 70B rule), 32
-// without grouping (Q2_K's attn_v stays Q3_K).
+// quantize mode gave its blocks byte for byte: 22 layers (TinyLlama's
+// count) with 4 query heads per key head (Q2_K's attn_v takes Q4_K from 4
+// on), 80 with 4 (the 70B rule), 32 without grouping (Q2_K's attn_v stays
+// Q3_K).
 static void test_mix_rules(void) {
     static const struct {
         int layers, heads, kv_heads, dtype;
