@@ -1954,6 +1954,43 @@ static void test_packed_kernels(void) {
     set_threads(max_threads());
 }
 
+// Generation's split of the row groups (start_runs, take_groups,
+// steal_groups), played out on one thread for nt threads taking turns in a
+// random order: every group is taken exactly once, and threads steal. One
+// of the nt threads may never turn up (a region given fewer threads): the
+// others take its run.
+static void test_work_runs(void) {
+    WorkRun *runs = aligned_alloc(64, MAX_RUNS * sizeof(WorkRun));
+    static const int totals[] = {0, 1, 2, 5, 64, 333, 1000}, thread_counts[] = {1, 2, 3, 7, MAX_RUNS};
+    uint64_t rng = 23;
+    int cases = 0, bad = 0, steals = 0;
+    char where[160] = "";
+    for (size_t a = 0; a < sizeof totals / sizeof totals[0]; a++)
+        for (size_t b = 0; b < sizeof thread_counts / sizeof thread_counts[0]; b++)
+            for (int absent = -1; absent < 2; absent++) {
+                int total = totals[a], nt = thread_counts[b], taken[1000] = {0}, done[MAX_RUNS] = {0}, left = nt;
+                if (absent >= 0) done[absent] = 1, left--;
+                if (left == 0) continue;
+                start_runs(runs, nt, total);
+                while (left > 0) {
+                    int me = (int)(random_u32(&rng) % (uint32_t)nt), first, count;
+                    if (done[me]) continue;
+                    if ((count = take_groups(&runs[me], &first)) > 0)
+                        for (int g = first; g < first + count; g++) taken[g]++;
+                    else if (steal_groups(runs, nt, me)) steals++;
+                    else done[me] = 1, left--;
+                }
+                cases++;
+                for (int g = 0; g < total; g++)
+                    if (taken[g] != 1 && !bad++)
+                        format_text(where, sizeof where, "; %d groups, %d threads (absent: %d): group %d taken %d times",
+                                    total, nt, absent, g, taken[g]);
+            }
+    free(runs);
+    report("kernels: generation's work split: every row group taken exactly once, with steals and a thread absent",
+           bad == 0 && steals > 0, "%d cases, %d groups wrong, %d steals%s", cases, bad, steals, where);
+}
+
 // Sets value k of block b of a Q8_0 or Q4_0 row to v (Q8_0: -128..127,
 // Q4_0: -8..7), and the block's scale to 1.
 static void set_block_value(void *row, int type, int b, int k, int v) {
@@ -2597,6 +2634,7 @@ static void kernel_tests(void) {
     test_quantize_act();
     test_quantize_q8_k();
     test_packed_kernels();
+    test_work_runs();
     test_packed_extremes();
     char path[PATH_SIZE];
     shared_path(path, "models/stories260K/stories260K.bin");
