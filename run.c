@@ -5671,8 +5671,9 @@ static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const
 }
 
 // outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
-// of one type and width that share the input x, quantized into mm: as
-// ActBlocks (Q8_0, Q4_0) or Q8_K rows (the K-quants). One parallel region:
+// of one width that share the input x, quantized into mm as their types
+// take it (same_packed_x): ActBlocks (one 32-value type) or Q8_K rows
+// (K-quants). One parallel region:
 // the threads quantize the positions once, then take the row groups of all
 // the matrices as they finish, so each weight is read once and no thread
 // idles while work is left.
@@ -5722,7 +5723,8 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
         KERNEL_PACKED  a type with a packed layout, in builds with the
                        packed integer kernels (AVX-512 VNNI): repacked at
                        load; matrices that share x (wq wk wv; w1 w3) run in
-                       one parallel region with x quantized once
+                       one parallel region with x quantized once (in
+                       generation, once by each thread)
         KERNEL_F32     F32: dot_f32 per row for one position, register
                        tiles (matmat_f32) for a block of positions
         KERNEL_ROWS    any type: x converted once to the type's act_type,
@@ -5753,6 +5755,14 @@ static void matmul_rows(float *out, const float *x, int n, const Matrix *m, Matm
     }
 }
 
+// Whether packed matrices of types a and b take x quantized the same way,
+// so that one region serves both: one type, or two K-quants (x as Q8_K
+// rows; a Q4_K_M layer's Q4_K wq and wk with its Q6_K wv: generation
+// +0.4-0.8%, tl1b, 2 threads).
+static int same_packed_x(int a, int b) {
+    return a == b || (type_traits[a].act_type == TYPE_Q8_K && type_traits[b].act_type == TYPE_Q8_K);
+}
+
 static void matmul_shared(float *const *outs, const Matrix *const *ms, int count, const float *x, int n,
                           MatmulScratch *mm) {
     if (!all_finite(x, (size_t)n * ms[0]->cols)) {
@@ -5761,7 +5771,7 @@ static void matmul_shared(float *const *outs, const Matrix *const *ms, int count
         return;
     }
     int together = 1;
-    for (int i = 0; i < count; i++) together &= ms[i]->kernel == KERNEL_PACKED && ms[i]->type == ms[0]->type;
+    for (int i = 0; i < count; i++) together &= ms[i]->kernel == KERNEL_PACKED && same_packed_x(ms[i]->type, ms[0]->type);
     if (together) { matmul_packed(outs, ms, count, x, n, mm); return; }
     for (int i = 0; i < count; i++) {
         const Matrix *m = ms[i];

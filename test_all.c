@@ -1954,6 +1954,44 @@ static void test_packed_kernels(void) {
     set_threads(max_threads());
 }
 
+// matmul_shared over matrices of mixed types that share x (a Q4_K_M
+// layer's wq, wk and wv; K-quants run in one region, other types each on
+// its own) == each matrix's plain product alone, for generation and a
+// prefill block, 1 and 2 threads.
+static void test_shared_products(void) {
+    static const int type_sets[][3] = {{TYPE_Q4_K, TYPE_Q6_K, TYPE_Q4_K}, {TYPE_Q5_K, TYPE_Q2_K, TYPE_IQ4_XS}, {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q8_0}};
+    static const int rows[3] = {40, 17, 33}, positions[] = {1, 9};
+    int cols = 300, bad = 0, checked = 0;
+    uint64_t rng = 31;
+    for (int threads = 1; threads <= max_threads(); threads++) {
+        set_threads(threads);
+        for (size_t k = 0; k < sizeof type_sets / sizeof type_sets[0]; k++)
+            for (size_t p = 0; p < sizeof positions / sizeof positions[0]; p++) {
+                int n = positions[p];
+                Matrix m[3];
+                float *x = malloc((size_t)n * cols * sizeof(float)), *outs[3], *alone[3];
+                random_floats(&rng, x, (size_t)n * cols);
+                for (int i = 0; i < 3; i++) {
+                    m[i] = random_packed(&rng, type_sets[k][i], rows[i], cols);
+                    outs[i] = malloc((size_t)n * rows[i] * sizeof(float));
+                    alone[i] = malloc((size_t)n * rows[i] * sizeof(float));
+                    product(alone[i], x, n, &m[i], 1);
+                }
+                MatmulScratch mm = test_scratch();
+                matmul_shared(outs, (const Matrix *[]){&m[0], &m[1], &m[2]}, 3, x, n, &mm);
+                free_matmul_scratch(&mm);
+                for (int i = 0; i < 3; i++) {
+                    for (int j = 0; j < n * rows[i]; j++, checked++) bad += outs[i][j] != alone[i][j];
+                    free(outs[i]); free(alone[i]); free((void *)m[i].data); free((void *)m[i].packed);
+                }
+                free(x);
+            }
+    }
+    set_threads(max_threads());
+    report("kernels: matmul_shared of mixed types (Q4_K/Q6_K/Q4_K, Q5_K/Q2_K/IQ4_XS, Q8_0/Q4_0/Q8_0) == each plain product alone",
+           bad == 0 && checked > 0, "%d outputs, %d differ", checked, bad);
+}
+
 // Generation's split of the row groups (start_runs, take_groups,
 // steal_groups), played out on one thread for nt threads taking turns in a
 // random order: every group is taken exactly once, and threads steal. One
@@ -2635,6 +2673,7 @@ static void kernel_tests(void) {
     test_quantize_q8_k();
     test_packed_kernels();
     test_work_runs();
+    test_shared_products();
     test_packed_extremes();
     char path[PATH_SIZE];
     shared_path(path, "models/stories260K/stories260K.bin");
