@@ -1795,10 +1795,11 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
         return value + f16_to_f32(dmin);
     }
     PackedK f = packed_k_format(m->type);
-    int j = k / (QK_K / f.n_subs), sc = (int8_t)meta[meta_sc(f) + 16 * j + r], q = packed_k_value(quants, r, k, f);
+    int sc, mj, q = packed_k_value(quants, r, k, f);
+    packed_k_scale(meta, k / (QK_K / f.n_subs), r, f, &sc, &mj);
     if (!f.mins) return f16_to_f32(d) * sc * (q - f.offset);
     memcpy(&dmin, meta + 32 + 2 * r, 2);
-    return f16_to_f32(d) * sc * (q - f.offset) - f16_to_f32(dmin) * meta[meta_m(f) + 16 * j + r];
+    return f16_to_f32(d) * sc * (q - f.offset) - f16_to_f32(dmin) * mj;
 }
 
 static void test_packed_layout(void) {
