@@ -5662,7 +5662,7 @@ static void start_runs(WorkRun *runs, int nt, int total) {
 // Takes a quarter of what is left of run r (at least a group) from its
 // front: the first group taken, and in *count how many; 0 when r is empty.
 // Not a group at a time: a compare-and-swap is a locked instruction (a full
-// fence on x86), and with one per group perf put 7% of generation's
+// fence on x86), and with one per group perf put 7% of a generation run's
 // samples on it.
 static int take_groups(WorkRun *r, int *first) {
     uint64_t word = atomic_load_explicit(&r->groups, memory_order_relaxed);
@@ -5723,10 +5723,9 @@ static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const
 // outs[i] (n, ms[i].rows) = x (n, cols) @ ms[i]^T for count packed matrices
 // of one width that share the input x, quantized into mm as their types
 // take it (same_packed_x): ActBlocks (one 32-value type) or Q8_K rows
-// (K-quants). One parallel region:
-// the threads quantize the positions once, then take the row groups of all
-// the matrices as they finish, so each weight is read once and no thread
-// idles while work is left.
+// (K-quants). One parallel region: the threads quantize the positions once,
+// then take the row groups of all the matrices as they finish, so each
+// weight is read once and no thread idles while work is left.
 static void matmul_packed(float *const *outs, const Matrix *const *ms, int count, const float *x, int n, MatmulScratch *mm) {
     int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), total = 0;
     int k_quant = type_traits[type].act_type == TYPE_Q8_K; // Q4_K, Q6_K: x as Q8_K rows in mm->act
