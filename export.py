@@ -16,7 +16,8 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --llama2c FILE a llama2.c checkpoint, version 0, 1 or 2 (Q8_0, dequantized).
   --seq-len N    cap the context length stored in the header.
   --dtype T      weight type of the matrices: f32 (default), f16, q8_0, q4_0,
-                 q5_0, q5_1, q4_k, q5_k, q6_k, or one of llama-quantize's mixes
+                 q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, or one of
+                 llama-quantize's mixes
                  q4_k_m, q5_k_m, q4_k_s, q5_k_s (written as run.c format
                  version 2): GGUF's blocks,
                  rounded as run.c and llama-quantize round, byte for byte as
@@ -77,7 +78,8 @@ LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
 # Output weight types: --dtype name -> GGML type id in the header (None: a mix,
 # whose matrices each have their own type).
-WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14,
+WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14,
+                "iq4_nl": 20, "iq4_xs": 23,
                 "q4_k_m": None, "q5_k_m": None, "q4_k_s": None, "q5_k_s": None}
 # The mixes (llama-quantize's, as run.c's matrix_dtype): --dtype -> base type.
 MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k", "q4_k_s": "q4_k", "q5_k_s": "q5_k"}
@@ -214,9 +216,9 @@ def encode_tensor(array, kind, dtype):
         return np.ascontiguousarray(array, dtype="<f2").ravel().data
     x = np.asarray(array, dtype=np.float32)
     quantizers = {"q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0,
-                  "q5_1": quantize_q5_1}
+                  "q5_1": quantize_q5_1, "q4_1": quantize_q4_1, "iq4_nl": quantize_iq4_nl, "iq4_xs": quantize_iq4_xs}
     if dtype in quantizers:  # rows padded with zeros to whole blocks, as run.c pads
-        block = QK if dtype in ("q5_0", "q5_1") else QK_K
+        block = QK if dtype in ("q5_0", "q5_1", "q4_1", "iq4_nl") else QK_K
         padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block), dtype=np.float32)
         padded[:, :x.shape[1]] = x
         return quantizers[dtype](padded)
@@ -489,20 +491,127 @@ def quantize_q5_0(x):
     return blocks.tobytes()
 
 
+def block_min_max(b):
+    """Each block's min and max, scanned in C's order (so that a zero keeps
+    the sign it first had)."""
+    mn, mx = b[:, 0].copy(), b[:, 0].copy()
+    for i in range(1, QK):
+        mn = np.where(b[:, i] < mn, b[:, i], mn)
+        mx = np.where(b[:, i] > mx, b[:, i], mx)
+    return mn, mx
+
+
+def quantize_q4_1(x):
+    """Rows of whole blocks of 32 -> Q4_1 blocks (bytes), as run.c's quantize_q4_1:
+    d = (max - min) / 15, q = min(int((x - min) / d + 0.5), 15)."""
+    b = x.reshape(-1, QK)
+    mn, mx = block_min_max(b)
+    d = ((mx - mn) / F32(15)).astype(F32)
+    q = np.trunc(((b - mn[:, None]).astype(F32) * inverse_scales(d)[:, None]).astype(F32) + F32(0.5)).astype(np.uint32)
+    q = np.minimum(q, 15)
+    blocks = np.empty(len(b), dtype=[("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)])
+    blocks["d"], blocks["m"] = d.astype(np.float16), mn.astype(np.float16)
+    blocks["qs"] = q[:, :16] | q[:, 16:] << 4
+    return blocks.tobytes()
+
+
 def quantize_q5_1(x):
     """Rows of whole blocks of 32 -> Q5_1 blocks (bytes), as run.c's quantize_q5_1:
     d = (max - min) / 31, q = int((x - min) / d + 0.5)."""
     b = x.reshape(-1, QK)
-    mn, mx = b[:, 0].copy(), b[:, 0].copy()
-    for i in range(1, QK):  # in C's order, so that a zero keeps the sign it first had
-        mn = np.where(b[:, i] < mn, b[:, i], mn)
-        mx = np.where(b[:, i] > mx, b[:, i], mx)
+    mn, mx = block_min_max(b)
     d = ((mx - mn) / F32(31)).astype(F32)
     q = np.trunc(((b - mn[:, None]).astype(F32) * inverse_scales(d)[:, None]).astype(F32) + F32(0.5)).astype(np.uint32)
     blocks = np.empty(len(b), dtype=[("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)])
     blocks["d"], blocks["m"] = d.astype(np.float16), mn.astype(np.float16)
     blocks["qh"] = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=1, dtype=np.uint32)
     blocks["qs"] = (q[:, :16] & 0xF) | (q[:, 16:] & 0xF) << 4
+    return blocks.tobytes()
+
+
+# IQ4_NL and IQ4_XS: 4-bit indices into a fixed non-linear grid, as run.c's
+# fit_scale_iq4 rounds them (ggml's quantize_row_iq4_nl_impl, no importance
+# matrix).
+
+IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
+
+
+def iq4_nearest(v):
+    """run.c's iq4_nearest: the index of the grid value nearest v (the upper one on a tie)."""
+    v = np.asarray(v, dtype=F32)
+    hi = np.clip(np.searchsorted(IQ4NL_VALUES, v, side="right"), 1, 15)
+    lower = (v - IQ4NL_VALUES[hi - 1]).astype(F32) < (IQ4NL_VALUES[hi] - v).astype(F32)
+    index = np.where(lower, hi - 1, hi)
+    index = np.where(v <= IQ4NL_VALUES[0], 0, index)
+    return np.where(v >= IQ4NL_VALUES[15], 15, index)
+
+
+def iq4_sums(x, inv):
+    """sum of w q x and of w q q (w = x^2, q the grid value of inv * x) over each row, in C's order."""
+    sum_qx, sum_q2 = np.zeros(len(x), F32), np.zeros(len(x), F32)
+    for j in range(x.shape[1]):
+        xj = x[:, j]
+        q = IQ4NL_VALUES[iq4_nearest((inv * xj).astype(F32))]
+        wq = ((xj * xj).astype(F32) * q).astype(F32)
+        sum_qx = (sum_qx + (wq * xj).astype(F32)).astype(F32)
+        sum_q2 = (sum_q2 + (wq * q).astype(F32)).astype(F32)
+    return sum_qx, sum_q2
+
+
+def fit_scale_iq4(x):
+    """run.c's fit_scale_iq4 for rows of 32: each row's d (0 below GROUP_MAX_EPS)."""
+    mx, amax = first_largest(x)
+    zero = amax < GROUP_MAX_EPS
+    mx = np.where(zero, F32(1), mx).astype(F32)  # the zero rows' d is 0 whatever this computes
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = (-mx / IQ4NL_VALUES[0]).astype(F32)
+        sum_qx, sum_q2 = iq4_sums(x, (F32(1) / d).astype(F32))
+        d = (sum_qx / sum_q2).astype(F32)
+        best = (d * sum_qx).astype(F32)
+        for step in range(-7, 8):
+            sum_qx, sum_q2 = iq4_sums(x, (F32(step + IQ4NL_VALUES[0]) / mx).astype(F32))
+            better = (sum_q2 > 0) & ((sum_qx * sum_qx).astype(F32) > (best * sum_q2).astype(F32))
+            new_d = (sum_qx / sum_q2).astype(F32)
+            d = np.where(better, new_d, d)
+            best = np.where(better, (new_d * sum_qx).astype(F32), best)
+    return np.where(zero, F32(0), d).astype(F32)
+
+
+def iq4_nibbles(b, d):
+    """Rows of 32 values against their scales d -> 16 bytes each (run.c's pack_iq4)."""
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
+    index = iq4_nearest((inv[:, None] * b).astype(F32)).astype(np.uint8)
+    return index[:, :16] | index[:, 16:] << 4
+
+
+def quantize_iq4_nl(x):
+    """Rows of whole blocks of 32 -> IQ4_NL blocks (bytes), as run.c's quantize_iq4_nl."""
+    b = x.reshape(-1, QK)
+    d = fit_scale_iq4(b)
+    blocks = np.empty(len(b), dtype=[("d", "<f2"), ("qs", "u1", 16)])
+    blocks["d"] = d.astype(np.float16)
+    blocks["qs"] = iq4_nibbles(b, d)  # with the unrounded d, as ggml
+    return blocks.tobytes()
+
+
+def quantize_iq4_xs(x):
+    """Rows of whole super-blocks -> IQ4_XS blocks (bytes), as run.c's quantize_iq4_xs:
+    each sub-block's d as a 6-bit multiple of -(the d of largest magnitude) / 32."""
+    sub = x.reshape(-1, 8, QK)
+    scales = fit_scale_iq4(sub.reshape(-1, QK)).reshape(-1, 8)
+    max_scale, _ = first_largest(scales)
+    d = (-max_scale / F32(32)).astype(F32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
+    levels = np.clip(nearest_int((inv[:, None] * scales).astype(F32)), -32, 31)
+    sub_d = (d[:, None] * levels.astype(F32)).astype(F32)
+    blocks = np.zeros(len(sub), dtype=[("d", "<f2"), ("scales_h", "<u2"), ("scales_l", "u1", 4), ("qs", "u1", 128)])
+    blocks["d"] = d.astype(np.float16)
+    biased = (levels + 32).astype(np.uint32)
+    blocks["scales_h"] = ((biased >> 4) << (2 * np.arange(8, dtype=np.uint32))).sum(axis=1)
+    blocks["scales_l"] = (biased[:, 0::2] & 0xF) | (biased[:, 1::2] & 0xF) << 4
+    blocks["qs"] = iq4_nibbles(sub.reshape(-1, QK), sub_d.reshape(-1)).reshape(len(sub), 128)  # the unrounded d, as ggml
     return blocks.tobytes()
 
 
@@ -1844,7 +1953,7 @@ def parse_args(argv):
                         help="SentencePiece tokenizer.model or tokenizer.json -> tokenizer.bin")
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
     parser.add_argument("--dtype", default="f32",
-                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, "
+                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
                              "or a mix: q4_k_m, q5_k_m, q4_k_s, q5_k_s")
     parser.add_argument("--gguf", action="store_true",
                         help="with --hf: write GGUF (weights and tokenizer in one file) even for a model "
