@@ -2000,6 +2000,7 @@ static void test_shared_products(void) {
 // others take its run.
 static void test_work_runs(void) {
     WorkRun *runs = aligned_alloc(64, MAX_RUNS * sizeof(WorkRun));
+    if (!runs) { report("kernels: generation's work split", 0, "out of memory"); return; }
     static const int totals[] = {0, 1, 2, 5, 64, 333, 1000}, thread_counts[] = {1, 2, 3, 7, MAX_RUNS};
     uint64_t rng = 23;
     int cases = 0, bad = 0, steals = 0;
@@ -6542,7 +6543,7 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     cli_free(&again);
 }
 
-// export.py --dtype f16|q8_0|q4_0|q5_0|q5_1|q4_k|q5_k|q6_k and the mixes
+// export.py --dtype f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|iq4_nl|iq4_xs and the mixes
 // q4_k_m|q5_k_m|q4_k_s|q5_k_s round exactly as ./run -m quantize does (which
 // the kernel tests hold to llama-quantize's bytes): the files match.
 static void test_export_dtypes(const char *label, const char *v0_path) {
