@@ -5736,8 +5736,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
         matmul_packed_one(outs, ms, x, total, mm);
         return;
     }
-    // A few positions (the end of a prompt): about two turns per thread, long
-    // runs of consecutive groups that the hardware prefetchers follow.
+    // Prefill: a group a turn. A few positions (the end of a prompt): about
+    // two turns per thread, long runs of consecutive groups that the
+    // hardware prefetchers follow.
     int turn = n >= PACKED_TOKENS ? 1 : (total + 2 * threads_available() - 1) / (2 * threads_available());
     (void)turn; // read only by the OpenMP pragma
     int8_t *x_tiles = NULL; // the quants again for the AMX tiles
