@@ -1703,6 +1703,37 @@ static void test_attention_twins(void) {
            bad == 0 && checked == 16 * 4, "%d of %d cases off", bad, checked);
 }
 
+// max_row against its plain twin on every length up to 70 (each path's
+// blocks and tails), the maximum placed at every position in turn, among
+// ties and zeros of both signs; and softmax with either maximum gives the
+// same bits.
+static void test_max_row(void) {
+    enum { N = 70 };
+    uint64_t rng = 43;
+    float x[N], a[N], b[N];
+    int checked = 0, bad = 0;
+    for (int n = 1; n <= N; n++)
+        for (int at = 0; at < n; at++) {
+            random_floats(&rng, x, N);
+            for (int i = 0; i < n; i++) x[i] = x[i] * 100.0f - 100.0f; // all negative
+            int zeros = at % 3 == 1;
+            if (zeros) // the maximum a zero: -0 here, +0 at another place
+                x[at] = -0.0f, x[(at * 7 + 3) % n] = 0.0f;
+            else
+                x[at] = 50.0f, x[(at * 5 + 1) % n] = 50.0f * (at % 2); // a tie half the time
+            float fast = max_row(x, n), plain = max_row_plain(x, n);
+            bad += fast != plain;
+            memcpy(a, x, sizeof x);
+            memcpy(b, x, sizeof x);
+            exp_row(a, n, fast);
+            exp_row(b, n, plain);
+            bad += memcmp(a, b, (size_t)n * sizeof(float)) != 0;
+            checked++;
+        }
+    report("kernels: max_row == its plain twin, ties and signed zeros included; softmax's exponentials the same bits",
+           bad == 0 && checked == N * (N + 1) / 2, "%d of %d rows off", bad, checked);
+}
+
 // A NaN or infinity anywhere in x makes every output of every kernel NaN
 // (the dispatch checks x once), for one position and for a batch.
 static void test_dispatch_not_finite(void) {
@@ -2668,6 +2699,7 @@ static void kernel_tests(void) {
     test_packed_k_extremes();
     test_small_twins();
     test_attention_twins();
+    test_max_row();
     test_dispatch_not_finite();
     test_exp_row();
     test_packed_layout();
