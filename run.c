@@ -5356,7 +5356,12 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 
 // sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
 // positions x[t * x_stride], sub-block by sub-block; prefetch: whether to
-// ask for the lines ahead of this block's quants meanwhile (prefetch_line).
+// ask for the lines ahead of this block's quants meanwhile (prefetch_line),
+// all of a block's worth at its first sub-block. Spread over the sub-blocks
+// (4 lines each for Q4_K) the kernel streamed less: a 2048-column Q4_K
+// product over 256 MB of matrices, 2 threads, read 88% of the measured
+// bandwidth, and 95% with the burst (Q6_K 97% either way); in the model,
+// generation +4.4% on Q4_K_M and +2.5% on Q6_K (AMD, 50 GB/s).
 static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
                                                                  const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
                                                                  int n_t, int prefetch, PackedK f) {
@@ -5365,9 +5370,8 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
-        if (prefetch) // a block's worth of lines, spread over its sub-blocks
-            for (int l = lines * j / f.n_subs; l < lines * (j + 1) / f.n_subs; l++)
-                prefetch_line(quants + 64 * l);
+        if (prefetch && j == 0)
+            for (int l = 0; l < lines; l++) prefetch_line(quants + 64 * l);
         __m512i w[8];
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++) w[i] = packed_k_chunk(quants, n_chunks * j + i, f);
