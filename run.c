@@ -4900,11 +4900,15 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // The far request depends on the machine (BENCHMARKS.md, sessions 9 and
 // 11). On Intel Sapphire Rapids (our 2 threads an SMT pair of one core)
 // 4 KB ahead into L2 (PREFETCHT1) is best, and 8-16 KB lose 4-5%. On AMD
-// Zen 4 (2 cores) 4 KB leaves the memory idle, and PREFETCHT1 is at times
-// dropped (others have measured that too); PREFETCHNTA 8 KB ahead (in AMD's
-// guides, a fill of L1 that is not kept in L2 afterwards) generates faster
-// than PREFETCHT1 12 KB ahead: tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0
-// and Q4_0 +10%. choose_prefetch sets both once, at load.
+// Zen 4 (2 cores) PREFETCHT1 is at times dropped (others have measured
+// that too); PREFETCHNTA (in AMD's guides, a fill of L1 that is not kept in
+// L2 afterwards) 8 KB ahead generated faster than PREFETCHT1 12 KB ahead:
+// tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. Since the
+// K-quants ask for a block's lines in one burst, PREFETCHNTA 4 KB ahead is
+// faster again than 8 KB: Q4_K_M +3.2-3.7%, Q6_K +0.5%, Q8_0 +2.6%, Q4_0
+// +2.7% (3 and 6 KB: 1-1.4% below 4). Measured only with the memory at
+// 50 GB/s; session 12's instance also ran at 72-86. choose_prefetch sets
+// both once, at load.
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0; // 1: PREFETCHNTA, 0: PREFETCHT1
 
@@ -4912,7 +4916,7 @@ static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3];
     // the vendor string, 12 bytes in ebx, edx, ecx
     if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0) {
-        prefetch_far_bytes = 8192;
+        prefetch_far_bytes = 4096;
         prefetch_far_nta = 1;
     }
 }
