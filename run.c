@@ -4904,11 +4904,12 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // that too); PREFETCHNTA (in AMD's guides, a fill of L1 that is not kept in
 // L2 afterwards) 8 KB ahead generated faster than PREFETCHT1 12 KB ahead:
 // tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. Since the
-// K-quants ask for a block's lines in one burst, PREFETCHNTA 4 KB ahead is
-// faster again than 8 KB: Q4_K_M +3.2-3.7%, Q6_K +0.5%, Q8_0 +2.6%, Q4_0
-// +2.7% (3 and 6 KB: 1-1.4% below 4). Measured only with the memory at
-// 50 GB/s; session 12's instance also ran at 72-86. choose_prefetch sets
-// both once, at load.
+// K-quants ask for a block's lines in one burst, the best distance follows
+// the memory's speed, which on these machines switches by the minute: at
+// 50 GB/s 4 KB beats 8 KB (Q4_K_M +3.4%, Q8_0 and Q4_0 +2.7%) and 6 KB
+// (+1.4%); at 75 GB/s 4 KB loses to 8 KB (Q4_K_M -2.2%, Q8_0 -1.6%) and 6
+// KB matches it (Q4_K_M +0.5%, Q6_K -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB,
+// then. choose_prefetch sets both once, at load.
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0; // 1: PREFETCHNTA, 0: PREFETCHT1
 
@@ -4916,7 +4917,7 @@ static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3];
     // the vendor string, 12 bytes in ebx, edx, ecx
     if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0) {
-        prefetch_far_bytes = 4096;
+        prefetch_far_bytes = 6144;
         prefetch_far_nta = 1;
     }
 }
