@@ -4492,11 +4492,12 @@ static float exp_row(float *x, int n, float shift) {
 }
 
 // The largest of x[0..n) (n >= 1), for softmax's shift. The compare in a
-// loop is serial, and GCC does not vectorize it (a float max is not
-// associative to it): one compare per score, 2.5 of attention's 18 us per
-// layer (tl1b, 193 positions, one thread). The vectors' max returns the
-// same value, but for the sign of a zero maximum, which softmax subtracts
-// to the same result. NaN: softmax's output is NaN either way.
+// loop is serial, and GCC does not vectorize it (the order of the compares
+// decides which zero or NaN is kept): one compare per score, 2.5 of
+// attention's 18 us per layer (tl1b, 193 positions, one thread). The
+// vectors' max returns the same value, but for the sign of a zero maximum,
+// which softmax subtracts to the same result. NaN: softmax's output is NaN
+// either way.
 __attribute__((unused)) static float max_row_plain(const float *x, int n) {
     float max = x[0];
     for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
@@ -4906,7 +4907,7 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. Since the
 // K-quants ask for a block's lines in one burst, the best distance follows
 // the memory's speed, which on these machines switches by the minute: at
-// 50 GB/s 4 KB beats 8 KB (Q4_K_M +3.4%, Q8_0 and Q4_0 +2.7%) and 6 KB
+// 50 GB/s 4 KB beats 8 KB (Q4_K_M +3.4%, Q8_0 +2.6%, Q4_0 +2.7%) and 6 KB
 // (+1.4%); at 75 GB/s 4 KB loses to 8 KB (Q4_K_M -2.2%, Q8_0 -1.6%) and 6
 // KB matches it (Q4_K_M +0.5%, Q6_K -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB,
 // then. choose_prefetch sets both once, at load.
@@ -5366,7 +5367,8 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 // (4 lines each for Q4_K) the kernel streamed less: a 2048-column Q4_K
 // product over 256 MB of matrices, 2 threads, read 88% of the measured
 // bandwidth, and 95% with the burst (Q6_K 97% either way); in the model,
-// generation +4.4% on Q4_K_M and +2.5% on Q6_K (AMD, 50 GB/s).
+// generation +4.4% on Q4_K_M and +2.5% on Q6_K (AMD, 50 GB/s; the burst
+// is not measured on Intel).
 static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
                                                                  const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
                                                                  int n_t, int prefetch, PackedK f) {
