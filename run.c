@@ -4491,6 +4491,13 @@ static float exp_row(float *x, int n, float shift) {
     return exp_row_plain(x + i, n - i, shift, sum);
 }
 
+// The largest of max and x[0..n), compared in order (max_row passes what
+// its vectors found; the plain twin is max_row_plain(x + 1, n - 1, x[0])).
+static float max_row_plain(const float *x, int n, float max) {
+    for (int i = 0; i < n; i++) if (x[i] > max) max = x[i];
+    return max;
+}
+
 // The largest of x[0..n) (n >= 1), for softmax's shift. The compare in a
 // loop is serial, and GCC does not vectorize it (the order of the compares
 // decides which zero or NaN is kept): one compare per score, 2.5 of
@@ -4498,12 +4505,6 @@ static float exp_row(float *x, int n, float shift) {
 // vectors' max returns the same value, but for the sign of a zero maximum,
 // which softmax subtracts to the same result. NaN: softmax's output is NaN
 // either way.
-__attribute__((unused)) static float max_row_plain(const float *x, int n) {
-    float max = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
-    return max;
-}
-
 static float max_row(const float *x, int n) {
     int i = 0;
     float max = x[0];
@@ -4528,8 +4529,7 @@ static float max_row(const float *x, int n) {
         max = vmaxvq_f32(m);
     }
 #endif
-    for (; i < n; i++) if (x[i] > max) max = x[i];
-    return max;
+    return max_row_plain(x + i, n - i, max);
 }
 
 // swiglu_plain, with AVX-512 where built.
@@ -5363,7 +5363,7 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 // sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
 // positions x[t * x_stride], sub-block by sub-block; prefetch: whether to
 // ask for the lines ahead of this block's quants meanwhile (prefetch_line),
-// all of a block's worth at its first sub-block. Spread over the sub-blocks
+// all of a block's worth before its first sub-block. Spread over the sub-blocks
 // (4 lines each for Q4_K) the kernel streamed less: a 2048-column Q4_K
 // product over 256 MB of matrices, 2 threads, read 88% of the measured
 // bandwidth, and 95% with the burst (Q6_K 97% either way); in the model,
@@ -5375,10 +5375,9 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
     int len = QK_K / f.n_subs, n_chunks = len / 4;
     int lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); // 64-byte lines of quants per block
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
+    for (int l = 0; prefetch && l < lines; l++) prefetch_line(quants + 64 * l);
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
-        if (prefetch && j == 0)
-            for (int l = 0; l < lines; l++) prefetch_line(quants + 64 * l);
         __m512i w[8];
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++) w[i] = packed_k_chunk(quants, n_chunks * j + i, f);
