@@ -5378,9 +5378,18 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
     for (int l = 0; prefetch && l < lines; l++) prefetch_line(quants + 64 * l);
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
+        // Q4_K's high nibbles (chunks 32-63) are multiplied where they lie,
+        // as 16 q (at most 240 * 128 * 32 a sum, far from overflow): the
+        // sub-block's sum, a multiple of 16, is divided back exactly, one
+        // shift where each chunk took one. Prefill +8%, generation unchanged
+        // (tl1b Q4_K_M, 2 threads, AMD).
+        int times_16 = f.planes == 4 && !f.lookup && n_chunks * j >= 32;
         __m512i w[8];
         #pragma GCC unroll 8
-        for (int i = 0; i < n_chunks; i++) w[i] = packed_k_chunk(quants, n_chunks * j + i, f);
+        for (int i = 0; i < n_chunks; i++) {
+            int c = n_chunks * j + i;
+            w[i] = times_16 ? move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), 4, 4, 0xF0) : packed_k_chunk(quants, c, f);
+        }
         __m128i sc_bytes, m_bytes;
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
         __m512i sc = _mm512_cvtepi8_epi32(sc_bytes), m = _mm512_cvtepu8_epi32(m_bytes);
@@ -5391,6 +5400,7 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
             #pragma GCC unroll 8
             for (int i = 0; i < n_chunks; i++)
                 isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + len * j + 4 * i)));
+            if (times_16) isum = _mm512_srai_epi32(isum, 4);
             int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
             if (f.offset) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * xsum));
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
