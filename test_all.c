@@ -1703,6 +1703,67 @@ static void test_attention_twins(void) {
            bad == 0 && checked == 16 * 4, "%d of %d cases off", bad, checked);
 }
 
+// attention_layer takes the query heads of a kv head together, a block of
+// keys at a time, split across the threads: every head's output must equal
+// attention_heads for that head alone, bit for bit. Head sizes 64 and 128
+// (compiled as constants) and 40, groups of 8, 3 and 1 heads, 1 to 3
+// threads, keys reaching several score blocks and a tail, one position and
+// a prefill block of 3, both cache types.
+static void test_attention_layer(void) {
+    struct { int hs, n_heads, n_kv_heads; } shapes[] = {{64, 32, 4}, {128, 6, 2}, {40, 5, 5}};
+    uint64_t rng = 47;
+    int checked = 0, bad = 0, failed = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int f16 = 0; f16 <= 1; f16++) {
+            Transformer t;
+            memset(&t, 0, sizeof t);
+            Config *c = &t.config;
+            c->head_size = shapes[i].hs;
+            c->n_heads = shapes[i].n_heads;
+            c->n_kv_heads = shapes[i].n_kv_heads;
+            c->dim = c->n_heads * c->head_size;
+            c->hidden_dim = 16;
+            c->n_layers = 2;
+            c->vocab_size = 16;
+            c->seq_len = 300;
+            RunState *s = &t.state;
+            size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c), q_dim = (size_t)c->dim;
+            float *cache = malloc(kv * sizeof(float)), *q = malloc(3 * q_dim * sizeof(float));
+            float *want = malloc(3 * q_dim * sizeof(float)), *got = malloc(3 * q_dim * sizeof(float));
+            float *att = malloc((size_t)c->seq_len * sizeof(float));
+            if (alloc_run_state(s, c, f16 ? TYPE_F16 : TYPE_F32) != 0 || !cache || !q || !want || !got || !att) {
+                failed++;
+            } else {
+                for (int side = 0; side < 2; side++) { // keys, then values
+                    random_floats(&rng, cache, kv);
+                    if (f16) f32_to_f16_row(side ? s->value_cache_f16 : s->key_cache_f16, cache, kv);
+                    else memcpy(side ? s->value_cache : s->key_cache, cache, kv * sizeof(float));
+                }
+                random_floats(&rng, q, 3 * q_dim);
+                int cases[][2] = {{299, 1}, {250, 3}}; // last position, positions
+                for (int k = 0; k < 2; k++) {
+                    int pos = cases[k][0], n = cases[k][1];
+                    for (int p = 0; p < n; p++)
+                        for (int h = 0; h < c->n_heads; h++)
+                            attention_heads(&t, 1, h, 1, pos + p, q + p * q_dim + (size_t)h * c->head_size, att,
+                                            want + p * q_dim + (size_t)h * c->head_size);
+                    for (int threads = 1; threads <= 3; threads++) {
+                        set_threads(threads);
+                        memset(got, 0xFF, 3 * q_dim * sizeof(float)); // NaN: an output not written shows
+                        attention_layer(&t, 1, pos, n, q, got, q_dim);
+                        bad += memcmp(got, want, n * q_dim * sizeof(float)) != 0;
+                        checked++;
+                    }
+                }
+            }
+            set_threads(max_threads());
+            free_run_state(s);
+            free(cache); free(q); free(want); free(got); free(att);
+        }
+    report("kernels: attention_layer (heads by kv head, keys in blocks, 1-3 threads) == each head alone, bit for bit",
+           failed == 0 && bad == 0 && checked == 3 * 2 * 2 * 3, "%d of %d cases off, %d setups failed", bad, checked, failed);
+}
+
 // max_row against its plain twin on every length up to 70 (each path's
 // blocks and tails), the maximum placed at every position in turn, among
 // ties and zeros of both signs; and softmax with either maximum gives the
@@ -2699,6 +2760,7 @@ static void kernel_tests(void) {
     test_packed_k_extremes();
     test_small_twins();
     test_attention_twins();
+    test_attention_layer();
     test_max_row();
     test_dispatch_not_finite();
     test_exp_row();
