@@ -414,9 +414,21 @@ static void attention_heads(const Transformer *t, int layer, int h0, int n_q, in
     int hs = c->head_size, n = pos + 1, block = score_block(hs);
     size_t at = kv_at(c, layer, h0 / (c->n_heads / c->n_kv_heads), 0); // this kv head's position 0
     float scale = 1.0f / sqrtf((float)hs);
+    size_t row = (size_t)hs * (s->key_cache ? sizeof(float) : sizeof(uint16_t)); // bytes of a key or value
+    const char *keys = s->key_cache ? (const char *)(s->key_cache + at) : (const char *)(s->key_cache_f16 + at);
+    const char *values = s->value_cache ? (const char *)(s->value_cache + at) : (const char *)(s->value_cache_f16 + at);
     for (int p = 0; p < n; p += block) {
-        int count = n - p < block ? n - p : block;
+        int count = n - p < block ? n - p : block, next = n - p - count < block ? n - p - count : block;
+        // While the heads score this block, the next block's keys (into
+        // L1) and this block's values (into L2) are fetched, a share by
+        // each head: attention -8% at 1024-2000 positions, generation +1.2%
+        // (tl1b Q4_K_M, 2 threads)
+        size_t key_lines = (size_t)next * row / 64, value_lines = (size_t)count * row / 64;
         for (int h = 0; h < n_q; h++) {
+            for (size_t i = key_lines * h / n_q; i < key_lines * (h + 1) / n_q; i++)
+                __builtin_prefetch(keys + (size_t)(p + count) * row + 64 * i, 0, 3);
+            for (size_t i = value_lines * h / n_q; i < value_lines * (h + 1) / n_q; i++)
+                __builtin_prefetch(values + (size_t)p * row + 64 * i, 0, 2);
             const float *qh = q + (size_t)h * hs;
             float *a = att + (size_t)h * c->seq_len + p;
             if (s->key_cache) attention_scores(a, qh, s->key_cache + at + (size_t)p * hs, (size_t)hs, count, hs, scale);
