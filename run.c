@@ -230,10 +230,11 @@ static void free_matmul_scratch(MatmulScratch *mm);
 /* ----------------------------------------------------------------------------
    The run state: every buffer a forward pass writes, allocated once. */
 
-// Every buffer of the run state starts on a 64-byte line, so that a vector
-// load of a key, a value or a query does not straddle two lines (glibc's
-// large blocks start 16 bytes into a page: attention's scores took 1.3x
-// and its values 1.6x as long; tl1b, one thread, data in cache).
+// The run state's own buffers (not the products' scratch) start on 64-byte
+// lines, so that a vector load of a key, a value or a query does not
+// straddle two lines (glibc's large blocks start 16 bytes into a page:
+// attention's scores took 1.3x and its values 1.6x as long; tl1b, one
+// thread, data in cache).
 
 // n zeroed elements of size bytes, aligned; NULL if out of memory.
 static void *zeros_aligned(size_t n, size_t size) {
