@@ -4403,36 +4403,32 @@ static inline __attribute__((always_inline)) __m512 sum_16_m512(const __m512 l[1
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// att[p] = q . k[p * stride ..] * scale for p < n: 16 keys at a time, each
-// key's products as dot_f32_lanes, their lanes summed together
-// (sum_16_m512), so every score is dot_f32's bit for bit.
+#endif
+
+// att[p] = q . k[p * stride ..] * scale for p < n, one dot_f32 per key; on
+// AVX-512 16 keys at a time, each key's products as dot_f32_lanes, their
+// lanes summed together (sum_16_m512): every score is dot_f32's bit for bit.
 static inline __attribute__((always_inline)) void attention_scores_as(float *att, const float *q, const float *k, size_t stride, int n,
                                                                        int hs, float scale) {
     int p = 0;
+#if HAVE_AVX512
     for (; p + 16 <= n; p += 16) {
         __m512 l[16];
         for (int i = 0; i < 16; i++) l[i] = dot_f32_lanes(q, k + (size_t)(p + i) * stride, hs);
         _mm512_storeu_ps(att + p, _mm512_mul_ps(sum_16_m512(l), _mm512_set1_ps(scale)));
     }
+#endif
     for (; p < n; p++) att[p] = dot_f32(q, k + (size_t)p * stride, hs) * scale;
 }
 
-// The common head sizes compiled as constants, so that dot_f32_lanes
-// unrolls to straight loads and multiply-adds: scores 2x faster at 64.
+// The common head sizes compiled as constants, so that each key's dot
+// product unrolls to straight loads and multiply-adds: scores 2x faster at
+// 64 on AVX-512, 1.6x on AVX2 (32 heads x 193 keys, one thread, cached).
 static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale) {
     if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale);
     else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale);
     else attention_scores_as(att, q, k, stride, n, hs, scale);
 }
-
-#else
-
-// att[p] = q . k[p * stride ..] * scale for p < n.
-static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale) {
-    for (int p = 0; p < n; p++) att[p] = dot_f32(q, k + (size_t)p * stride, hs) * scale;
-}
-
-#endif
 
 // out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
 // The SIMD builds call it for their tail columns, and the tests.
