@@ -4580,11 +4580,15 @@ static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) { f32_to_f16
 #endif
 
 /* The exponential for softmax and SwiGLU: expf one value at a time is a
-   serial cost of every layer (hidden_dim values per position). With
-   AVX-512, e^x = 2^k e^r where k = round(x log2 e) and |r| <= ln2/2, e^r
-   by Cephes' degree-7 polynomial for expf, and 2^k applied by scalef (which
-   also gives 0 and infinity past the float range): within 2^-23 relative
-   (test_all checks). Elsewhere, and for the tails, expf. */
+   serial cost of every layer (hidden_dim values per position, and every
+   score). In vectors, e^x = 2^k e^r where k = round(x log2 e) and |r| <=
+   ln2/2, e^r by Cephes' degree-7 polynomial for expf, and 2^k applied
+   with one rounding: by scalef on AVX-512 (which also gives 0 and infinity
+   past the float range); on AVX2 and NEON as two factors 2^(k/2), each a
+   normal float built from its exponent bits (k is -150..128 after the
+   clamp, beyond one float's exponent range), so that only the second
+   multiply rounds, as scalef does: the same bits as exp_16. Within 2^-23
+   relative (test_all checks). For the tails, expf. */
 
 #if HAVE_AVX512
 static __m512 exp_16(__m512 x) {
@@ -4601,6 +4605,44 @@ static __m512 exp_16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, k);
+}
+#endif
+
+#if HAVE_AVX2
+static __m256 exp_8(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x)); // NaN stays NaN (second operand)
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i k_int = _mm256_cvtps_epi32(k), half = _mm256_srai_epi32(k_int, 1), rest = _mm256_sub_epi32(k_int, half);
+    __m256 two_half = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+    __m256 two_rest = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, two_half), two_rest);
+}
+#elif HAVE_NEON
+static float32x4_t exp_4(float32x4_t x) {
+    x = vminq_f32(vdupq_n_f32(89.0f), vmaxq_f32(vdupq_n_f32(-104.0f), x)); // NaN stays NaN
+    float32x4_t k = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, k, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
+    int32x4_t k_int = vcvtq_s32_f32(k), half = vshrq_n_s32(k_int, 1), rest = vsubq_s32(k_int, half);
+    float32x4_t two_half = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(half, vdupq_n_s32(127)), 23));
+    float32x4_t two_rest = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(rest, vdupq_n_s32(127)), 23));
+    return vmulq_f32(vmulq_f32(p, two_half), two_rest);
 }
 #endif
 
@@ -4623,6 +4665,23 @@ static float exp_row(float *x, int n, float shift) {
         total = _mm512_add_ps(total, e);
     }
     sum = _mm512_reduce_add_ps(total);
+#endif
+#if HAVE_AVX2
+    __m256 total_8 = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp_8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(shift)));
+        _mm256_storeu_ps(x + i, e);
+        total_8 = _mm256_add_ps(total_8, e);
+    }
+    sum += sum_m256(total_8);
+#elif HAVE_NEON
+    float32x4_t total_4 = vdupq_n_f32(0.0f);
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t e = exp_4(vsubq_f32(vld1q_f32(x + i), vdupq_n_f32(shift)));
+        vst1q_f32(x + i, e);
+        total_4 = vaddq_f32(total_4, e);
+    }
+    sum += vaddvq_f32(total_4);
 #endif
     return exp_row_plain(x + i, n - i, shift, sum);
 }
@@ -4668,7 +4727,7 @@ static float max_row(const float *x, int n) {
     return max_row_plain(x + i, n - i, max);
 }
 
-// swiglu_plain, with AVX-512 where built.
+// swiglu_plain, in vectors where built.
 static void swiglu(float *hb, const float *hb2, int n) {
     int i = 0;
 #if HAVE_AVX512
@@ -4676,6 +4735,19 @@ static void swiglu(float *hb, const float *hb2, int n) {
         __m512 g = _mm512_loadu_ps(hb + i);
         __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
         _mm512_storeu_ps(hb + i, _mm512_mul_ps(silu, _mm512_loadu_ps(hb2 + i)));
+    }
+#endif
+#if HAVE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(hb + i);
+        __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        _mm256_storeu_ps(hb + i, _mm256_mul_ps(silu, _mm256_loadu_ps(hb2 + i)));
+    }
+#elif HAVE_NEON
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t g = vld1q_f32(hb + i);
+        float32x4_t silu = vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), exp_4(vnegq_f32(g))));
+        vst1q_f32(hb + i, vmulq_f32(silu, vld1q_f32(hb2 + i)));
     }
 #endif
     swiglu_plain(hb + i, hb2 + i, n - i);
