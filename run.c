@@ -4590,19 +4590,23 @@ static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) { f32_to_f16
    multiply rounds, as scalef does: the same bits as exp_16. Within 2^-23
    relative (test_all checks). For the tails, expf. */
 
+#if HAVE_AVX2 || HAVE_NEON // (AVX-512 builds have AVX2)
+// Cephes' expf: the clamp, log2 e, ln 2 in two parts (so that r = x - k
+// ln 2 is exact), and e^r's polynomial, highest degree first.
+static const float exp_lowest = -104.0f, exp_highest = 89.0f, exp_log2e = 1.44269504088896341f;
+static const float exp_ln2_high = 0.693359375f, exp_ln2_low = -2.12194440e-4f;
+static const float exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+#endif
+
 #if HAVE_AVX512
 static __m512 exp_16(__m512 x) {
     // clamp to where e^x is 0 or infinite anyway; NaN stays NaN (second operand)
-    x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x); // ln 2 in two parts, so r is exact
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    x = _mm512_min_ps(_mm512_set1_ps(exp_highest), _mm512_max_ps(_mm512_set1_ps(exp_lowest), x));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(exp_log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(exp_ln2_high), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(exp_ln2_low), r);
+    __m512 p = _mm512_set1_ps(exp_poly[0]);
+    for (int i = 1; i < 6; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly[i]));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(p, k);
 }
@@ -4610,16 +4614,12 @@ static __m512 exp_16(__m512 x) {
 
 #if HAVE_AVX2
 static __m256 exp_8(__m256 x) {
-    x = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x)); // NaN stays NaN (second operand)
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    x = _mm256_min_ps(_mm256_set1_ps(exp_highest), _mm256_max_ps(_mm256_set1_ps(exp_lowest), x)); // NaN stays NaN (second operand)
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(exp_log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(exp_ln2_high), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(exp_ln2_low), r);
+    __m256 p = _mm256_set1_ps(exp_poly[0]);
+    for (int i = 1; i < 6; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly[i]));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i k_int = _mm256_cvtps_epi32(k), half = _mm256_srai_epi32(k_int, 1), rest = _mm256_sub_epi32(k_int, half);
     __m256 two_half = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
@@ -4628,16 +4628,12 @@ static __m256 exp_8(__m256 x) {
 }
 #elif HAVE_NEON
 static float32x4_t exp_4(float32x4_t x) {
-    x = vminq_f32(vdupq_n_f32(89.0f), vmaxq_f32(vdupq_n_f32(-104.0f), x)); // NaN stays NaN
-    float32x4_t k = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
-    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(0.693359375f));
-    r = vfmsq_f32(r, k, vdupq_n_f32(-2.12194440e-4f));
-    float32x4_t p = vdupq_n_f32(1.9875691500e-4f);
-    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
-    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    x = vminq_f32(vdupq_n_f32(exp_highest), vmaxq_f32(vdupq_n_f32(exp_lowest), x)); // NaN stays NaN
+    float32x4_t k = vrndnq_f32(vmulq_n_f32(x, exp_log2e));
+    float32x4_t r = vfmsq_f32(x, k, vdupq_n_f32(exp_ln2_high));
+    r = vfmsq_f32(r, k, vdupq_n_f32(exp_ln2_low));
+    float32x4_t p = vdupq_n_f32(exp_poly[0]);
+    for (int i = 1; i < 6; i++) p = vfmaq_f32(vdupq_n_f32(exp_poly[i]), p, r);
     p = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), p, vmulq_f32(r, r));
     int32x4_t k_int = vcvtq_s32_f32(k), half = vshrq_n_s32(k_int, 1), rest = vsubq_s32(k_int, half);
     float32x4_t two_half = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(half, vdupq_n_s32(127)), 23));
