@@ -1991,6 +1991,37 @@ static void test_quantize_q8_k(void) {
     report("kernels: quantize_q8_k == quantize_q8_k_plain byte for byte (random, tiny, zero, ties)", bad == 0, "%d of 40 inputs differ", bad);
 }
 
+// quantize_q8_0 (SIMD where built) == quantize_q8_0_plain, byte for byte:
+// random rows, tiny ones (1/d overflows: zeros), zeros, halves and values
+// a hair either side of them (roundf's ties go away from zero), and huge
+// ones. x holds finite values only (the product dispatch checks).
+static void test_quantize_q8_0(void) {
+    enum { N = 5 * QK };
+    uint64_t rng = 37;
+    static float x[N];
+    static BlockQ8_0 fast[N / QK], plain[N / QK];
+    int bad = 0, trials = 40;
+    for (int trial = 0; trial < trials; trial++) {
+        random_floats(&rng, x, N);
+        if (trial == 1) for (int k = 0; k < N; k++) x[k] *= 1e-40f;
+        if (trial == 2) for (int k = 0; k < N; k++) x[k] = 0.0f;
+        if (trial >= 3 && trial < 30) { // id = 1 exactly: x[k] itself is rounded
+            for (int k = 0; k < N; k++) {
+                float h = (float)((int)(next_random(&rng) % 253) - 126) + 0.5f * (float)(next_random(&rng) % 2);
+                int nudge = (int)(next_random(&rng) % 3) - 1; // a half, or the float just below or above it
+                x[k] = nudge ? nextafterf(h, nudge * INFINITY) : h;
+            }
+            for (int b = 0; b < N / QK; b++) x[b * QK] = 127.0f; // amax 127: d = 1, id = 1
+        }
+        if (trial == 30) for (int k = 0; k < N; k++) x[k] = k % 2 ? 3e38f : -3e38f;
+        quantize_q8_0(fast, x, N);
+        quantize_q8_0_plain(plain, x, N);
+        bad += memcmp(fast, plain, sizeof fast) != 0;
+    }
+    report("kernels: quantize_q8_0 == quantize_q8_0_plain byte for byte (random, tiny, zero, halves, huge)", bad == 0,
+           "%d of %d inputs differ", bad, trials);
+}
+
 // What the packed kernels' SIMD twin is in this build, for test names (AMX
 // takes the K-quants' tiles of 16 positions).
 static const char *packed_simd_name(int k_quant) {
@@ -2783,6 +2814,7 @@ static void kernel_tests(void) {
     test_packed_layout();
     test_quantize_act();
     test_quantize_q8_k();
+    test_quantize_q8_0();
     test_packed_kernels();
     test_work_runs();
     test_shared_products();
