@@ -2523,21 +2523,26 @@ static __m256i dot_bytes(__m256i w, __m256i x) {
 }
 
 // acc + block i of a Q8_0 or Q4_0 row times Q8_0 block x, in 8 lanes.
+// Q4_0's nibbles stay unsigned (0..15): maddubs multiplies them by x, and
+// 8 x (the stored offset) is taken off the pairs in int16, both exact
+// (at most 15 * 128 * 2 and 8 * 128 * 2). The same sums as with the
+// nibbles made signed first, for fewer instructions: the kernel from L3,
+// one thread, x86-64-v3, 16.7 -> 21.1 GB/s.
 static __m256 block_dot(const void *row, int i, const BlockQ8_0 *x, int type, __m256 acc) {
-    __m256i w;
+    __m256i sums, xq = _mm256_loadu_si256((const __m256i *)x->qs);
     float d;
     if (type == TYPE_Q8_0) {
         const BlockQ8_0 *b = (const BlockQ8_0 *)row + i;
-        w = _mm256_loadu_si256((const __m256i *)b->qs);
+        sums = dot_bytes(_mm256_loadu_si256((const __m256i *)b->qs), xq);
         d = f16_to_f32(b->d);
-    } else { // nibbles to bytes: low ones are values 0..15, high ones 16..31; minus 8
+    } else { // the 16 bytes in both halves, the upper half shifted: values 0..15, then 16..31
         const BlockQ4_0 *b = (const BlockQ4_0 *)row + i;
-        __m128i packed = _mm_loadu_si128((const __m128i *)b->qs);
-        w = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        w = _mm256_sub_epi8(_mm256_and_si256(w, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+        __m256i w = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->qs));
+        w = _mm256_and_si256(_mm256_srlv_epi64(w, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+        __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(w, xq), _mm256_maddubs_epi16(_mm256_set1_epi8(8), xq));
+        sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
         d = f16_to_f32(b->d);
     }
-    __m256i sums = dot_bytes(w, _mm256_loadu_si256((const __m256i *)x->qs));
     return _mm256_fmadd_ps(_mm256_set1_ps(d * f16_to_f32(x->d)), _mm256_cvtepi32_ps(sums), acc);
 }
 
