@@ -2276,6 +2276,8 @@ static uint64_t read_u64(const unsigned char *p) {
                               reference code does (-m quantize, activations)
      dot_plain, dot           dot(row, x) with x in act_type: the plain twin
                               and the fast kernel (SIMD where this build has it)
+     dot4                     dot for four rows row_bytes apart, each row's
+                              result dot's bits, x's loads shared; NULL: none
      packed_bytes             bytes of quants of one block of 16 rows in the
                               packed layout of the integer kernels; 0: never packed
      packed_meta_bytes        bytes of those 16 rows' scales (and mins) in it
@@ -2294,6 +2296,7 @@ typedef struct {
     void (*quantize)(void *out, const float *x, int n); // NULL: run.c does not write this type
     float (*dot_plain)(const void *row, const void *x, int n);
     float (*dot)(const void *row, const void *x, int n);
+    void (*dot4)(float out[4], const void *rows, size_t row_bytes, const void *x, int n);
     size_t packed_bytes;
     size_t packed_meta_bytes;
 } TypeTraits;
@@ -2557,6 +2560,23 @@ static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type
     return sum_m256(_mm256_add_ps(acc0, acc1));
 }
 
+// dot_x32 for four rows row_bytes apart, each row's sums in dot_x32's order
+// (its bits); each block of x is loaded once for the four (kernel from L3,
+// one thread, x86-64-v3: Q4_0 21.0 -> 23.3 GB/s, Q8_0 45.4 -> 49.5).
+static void dot4_x32(float out[4], const unsigned char *rows, size_t row_bytes, const BlockQ8_0 *x, int n_blocks, int type) {
+    __m256 acc0[4], acc1[4];
+    for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 2 <= n_blocks; i += 2)
+        for (int r = 0; r < 4; r++) {
+            acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
+            acc1[r] = block_dot(rows + r * row_bytes, i + 1, x + i + 1, type, acc1[r]);
+        }
+    if (i < n_blocks)
+        for (int r = 0; r < 4; r++) acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
+    for (int r = 0; r < 4; r++) out[r] = sum_m256(_mm256_add_ps(acc0[r], acc1[r]));
+}
+
 #elif HAVE_NEON
 // The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
 // lanes. SDOT does four products and their sum per lane in one
@@ -2605,14 +2625,39 @@ static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type
     return vaddvq_f32(vaddq_f32(acc0, acc1));
 }
 
+// dot_x32 for four rows row_bytes apart, each row's bits; x loaded once.
+static void dot4_x32(float out[4], const unsigned char *rows, size_t row_bytes, const BlockQ8_0 *x, int n_blocks, int type) {
+    float32x4_t acc0[4], acc1[4];
+    for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = vdupq_n_f32(0.0f);
+    int i = 0;
+    for (; i + 2 <= n_blocks; i += 2)
+        for (int r = 0; r < 4; r++) {
+            acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
+            acc1[r] = block_dot(rows + r * row_bytes, i + 1, x + i + 1, type, acc1[r]);
+        }
+    if (i < n_blocks)
+        for (int r = 0; r < 4; r++) acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
+    for (int r = 0; r < 4; r++) out[r] = vaddvq_f32(vaddq_f32(acc0[r], acc1[r]));
+}
+
 #else
 static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
     return dot_x32_plain(row, x, n_blocks, type);
+}
+
+static void dot4_x32(float out[4], const unsigned char *rows, size_t row_bytes, const BlockQ8_0 *x, int n_blocks, int type) {
+    for (int r = 0; r < 4; r++) out[r] = dot_x32(rows + r * row_bytes, x, n_blocks, type);
 }
 #endif
 
 static float dot_q8_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q8_0); }
 static float dot_q4_0(const void *row, const void *x, int n) { return dot_x32(row, x, n / QK, TYPE_Q4_0); }
+static void dot4_q8_0(float out[4], const void *rows, size_t row_bytes, const void *x, int n) {
+    dot4_x32(out, rows, row_bytes, x, n / QK, TYPE_Q8_0);
+}
+static void dot4_q4_0(float out[4], const void *rows, size_t row_bytes, const void *x, int n) {
+    dot4_x32(out, rows, row_bytes, x, n / QK, TYPE_Q4_0);
+}
 
 /* The other types of the GGUF files people download: Q4_1, Q5_0, Q5_1
    (blocks of 32), the K-quants Q2_K .. Q6_K (super-blocks of 256 with
@@ -4216,10 +4261,10 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot_plain = dot_bf16_row_plain, .dot = dot_bf16_row_plain},
     [TYPE_Q8_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ8_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q8_0, .quantize = quantize_q8_0, .dot_plain = dot_q8_0_plain,
-                   .dot = dot_q8_0, .packed_bytes = 16 * QK, .packed_meta_bytes = 16 * 2},
+                   .dot = dot_q8_0, .dot4 = dot4_q8_0, .packed_bytes = 16 * QK, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
-                   .dot = dot_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
+                   .dot = dot_q4_0, .dot4 = dot4_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
     [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
                    .dot = dot_q4_1,
@@ -6111,8 +6156,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
       product to the plain twins of the same kernels. */
 
 // out (n, m.rows) = x (n, m.cols) @ m^T with the table's dot products: x in
-// m's activation format (mm.act), rows split across the threads, each row
-// read once against every position while it is in L1.
+// m's activation format (mm.act), rows split across the threads (in
+// prefill four at a time where the type has dot4), each read once against
+// every position while it is in L1.
 static void matmul_rows(float *out, const float *x, int n, const Matrix *m, MatmulScratch *mm) {
     const TypeTraits *tt = &type_traits[m->type];
     int cols = padded_cols(m->type, m->cols);
@@ -6125,11 +6171,21 @@ static void matmul_rows(float *out, const float *x, int n, const Matrix *m, Matm
         act = mm->act;
     }
     float (*dot)(const void *, const void *, int) = use_plain_kernels ? tt->dot_plain : tt->dot;
-    int i;
-    #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < m->rows; i++) {
-        const unsigned char *row = (const unsigned char *)m->data + (size_t)i * row_bytes;
-        for (int t = 0; t < n; t++) out[(size_t)t * m->rows + i] = dot(row, act + (size_t)t * act_bytes, cols);
+    // Prefill takes rows four at a time where the type can (x86-64-v3, tl1b,
+    // 2 threads: Q4_0 72.7 -> 82.7 tok/s, Q8_0 84.7 -> 95.1); generation
+    // one at a time: four rows read side by side, a block of each in turn,
+    // went at half the speed (the hardware prefetchers lost the streams)
+    int step = n > 1 && tt->dot4 && !use_plain_kernels ? 4 : 1, units = (m->rows + step - 1) / step, u;
+    #pragma omp parallel for private(u) schedule(static)
+    for (u = 0; u < units; u++) {
+        int first = u * step, count = m->rows - first < step ? m->rows - first : step;
+        const unsigned char *rows = (const unsigned char *)m->data + (size_t)first * row_bytes;
+        for (int t = 0; t < n; t++) {
+            float *o = out + (size_t)t * m->rows + first;
+            if (count == 4) tt->dot4(o, rows, row_bytes, act + (size_t)t * act_bytes, cols);
+            else
+                for (int r = 0; r < count; r++) o[r] = dot(rows + (size_t)r * row_bytes, act + (size_t)t * act_bytes, cols);
+        }
     }
 }
 

@@ -1544,6 +1544,58 @@ static Matrix random_matrix(uint64_t *rng, int type, int rows, int cols) {
     return (Matrix){.data = data, .type = type, .rows = rows, .cols = cols, .kernel = KERNEL_ROWS};
 }
 
+// dot4 (four rows, x's loads shared) == dot on each row, bit for bit, for
+// every type that has one, on 1 to 9 blocks (odd counts end in a single
+// block); and matmul_rows, which takes rows four at a time, == dot per row
+// on 1 to 9 rows (so with 0 to 3 rows left over), 1 position (one row at a
+// time) and 3 (four).
+static void test_dot4(void) {
+    uint64_t rng = 43;
+    int checked = 0, bad = 0;
+    MatmulScratch mm = {0};
+    if (alloc_matmul_scratch(&mm, 9 * QK) != 0) { report("kernels: dot4 == dot per row", 0, "no scratch"); return; }
+    for (int type = 0; type < TYPE_COUNT; type++) {
+        const TypeTraits *tt = &type_traits[type];
+        if (!tt->dot4) continue;
+        for (int blocks = 1; blocks <= 9; blocks++) {
+            int cols = blocks * QK;
+            Matrix m = random_matrix(&rng, type, 4, cols);
+            float x[9 * QK], four[4];
+            random_floats(&rng, x, (size_t)cols);
+            BlockQ8_K act[9]; // room for x in any act_type, aligned for each
+            quantize_padded(act, x, cols, tt->act_type);
+            size_t row_bytes = type_row_bytes(type, cols);
+            tt->dot4(four, m.data, row_bytes, act, cols);
+            for (int r = 0; r < 4; r++, checked++) {
+                float one = tt->dot((const unsigned char *)m.data + (size_t)r * row_bytes, act, cols);
+                bad += memcmp(&one, &four[r], sizeof one) != 0;
+            }
+            free((void *)m.data);
+        }
+        for (int rows = 1; rows <= 9; rows++)
+            for (int n = 1; n <= 3; n += 2) {
+                int cols = 3 * QK;
+                Matrix m = random_matrix(&rng, type, rows, cols);
+                float x[3 * 3 * QK], out[3 * 9];
+                random_floats(&rng, x, (size_t)n * cols);
+                matmul_rows(out, x, n, &m, &mm);
+                size_t row_bytes = type_row_bytes(type, cols);
+                for (int t = 0; t < n; t++) {
+                    BlockQ8_K act[3];
+                    quantize_padded(act, x + (size_t)t * cols, cols, tt->act_type);
+                    for (int r = 0; r < rows; r++, checked++) {
+                        float one = tt->dot((const unsigned char *)m.data + (size_t)r * row_bytes, act, cols);
+                        bad += memcmp(&one, &out[(size_t)t * rows + r], sizeof one) != 0;
+                    }
+                }
+                free((void *)m.data);
+            }
+    }
+    free_matmul_scratch(&mm);
+    report("kernels: dot4 == dot on each of its rows, and matmul_rows (prefill: rows four at a time) == dot per row, bit for bit",
+           bad == 0 && checked > 0, "%d outputs, %d off", checked, bad);
+}
+
 // The row kernels of every type the table can write (KERNEL_ROWS): the
 // plain twin against the float reference (dequantized rows times x) within
 // the activation rounding of its act_type, the fast dot against the plain
@@ -2815,6 +2867,7 @@ static void kernel_tests(void) {
     test_quantize_act();
     test_quantize_q8_k();
     test_quantize_q8_0();
+    test_dot4();
     test_packed_kernels();
     test_work_runs();
     test_shared_products();
