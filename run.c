@@ -3727,16 +3727,36 @@ static void quantize_iq4_xs(void *out, const float *x, int n) {
    (SDOT where the build has it). */
 
 #if HAVE_AVX2 || HAVE_NEON // helpers of the SIMD dots below
-// Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked.
-static void k4_scales_mins(const uint8_t *scales, int sc[8], int m[8]) {
-    for (int j = 0; j < 8; j++) k4_scale_min(scales, j, &sc[j], &m[j]);
+// Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked four
+// at a time from the 12 bytes read as three little-endian words, each
+// byte a lane (k4_scale_min takes one j at a time): bytes 0-3 and 4-7 hold
+// scales and mins 0-3 in their low 6 bits and the top 2 bits of scales
+// and mins 4-7 in their high 2; bytes 8-11 hold the low 4 bits of scales
+// 4-7 (low nibble) and of mins 4-7 (high nibble).
+static void k4_scales_mins(const uint8_t *scales, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3], out[4];
+    memcpy(w, scales, sizeof w);
+    out[0] = w[0] & 0x3F3F3F3F;                                           // scales 0-3
+    out[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 6) & 0x03030303) << 4;        // scales 4-7
+    out[2] = w[1] & 0x3F3F3F3F;                                           // mins 0-3
+    out[3] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 6) & 0x03030303) << 4; // mins 4-7
+    memcpy(sc, out, 8);
+    memcpy(m, out + 2, 8);
 }
 
 // sum over the 8 sub-blocks of m_j * (x's sum over them), from Q8_K's group sums.
-static int k4_min_sum(const int m[8], const BlockQ8_K *a) {
+static int k4_min_sum(const uint8_t m[8], const BlockQ8_K *a) {
+#if HAVE_AVX2
+    // the 16 group sums added in pairs (at most 4096 each), times m, in int32
+    __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums), _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+    __m128i sums = _mm_madd_epi16(pairs, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m)));
+    sums = _mm_add_epi32(sums, _mm_shuffle_epi32(sums, 0x4E));
+    return _mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_shuffle_epi32(sums, 0xB1)));
+#else
     int summ = 0;
     for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
     return summ;
+#endif
 }
 #endif
 
@@ -3748,7 +3768,7 @@ static float dot_q4_k(const void *row, const void *act, int n) {
     __m256 acc = _mm256_setzero_ps();
     float mins = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
-        int sc[8], m[8];
+        uint8_t sc[8], m[8];
         k4_scales_mins(w[i].scales, sc, m);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
@@ -3815,7 +3835,7 @@ static float dot_q4_k(const void *row, const void *act, int n) {
     const uint8x16_t low4 = vdupq_n_u8(0x0F);
     float sum = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
-        int sc[8], m[8];
+        uint8_t sc[8], m[8];
         k4_scales_mins(w[i].scales, sc, m);
         int32_t sumi = 0;
         for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
@@ -4137,7 +4157,7 @@ static float dot_q5_k(const void *row, const void *act, int n) {
     __m256 acc = _mm256_setzero_ps();
     float mins = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
-        int sc[8], m[8];
+        uint8_t sc[8], m[8];
         k4_scales_mins(w[i].scales, sc, m);
         __m256i sumi = _mm256_setzero_si256(), hb = _mm256_loadu_si256((const __m256i *)w[i].qh);
         for (int j = 0; j < 4; j++) { // 64 values: low nibbles with qh's bit 2j, high ones with bit 2j + 1
@@ -4204,7 +4224,7 @@ static float dot_q5_k(const void *row, const void *act, int n) {
     const uint8x16_t low4 = vdupq_n_u8(0x0F), bit4 = vdupq_n_u8(0x10);
     float sum = 0.0f;
     for (int i = 0; i < n / QK_K; i++) {
-        int sc[8], m[8];
+        uint8_t sc[8], m[8];
         k4_scales_mins(w[i].scales, sc, m);
         uint8x16_t hb0 = vld1q_u8(w[i].qh), hb1 = vld1q_u8(w[i].qh + 16);
         int32_t sumi = 0;

@@ -1544,6 +1544,35 @@ static Matrix random_matrix(uint64_t *rng, int type, int rows, int cols) {
     return (Matrix){.data = data, .type = type, .rows = rows, .cols = cols, .kernel = KERNEL_ROWS};
 }
 
+// The SIMD K-quant dots' helpers against the plain definitions: Q4_K/Q5_K
+// scales and mins unpacked four at a time == k4_scale_min for each j, and
+// the mins' sum over Q8_K's group sums, on random bytes and sums at the
+// extremes (+-127 * 16 per group).
+#if HAVE_AVX2 || HAVE_NEON // (the helpers exist only there)
+static void test_k4_helpers(void) {
+    uint64_t rng = 47;
+    int bad = 0, trials = 20000;
+    for (int trial = 0; trial < trials; trial++) {
+        uint8_t scales[12], sc[8], m[8];
+        BlockQ8_K a;
+        for (int k = 0; k < 12; k++) scales[k] = (uint8_t)next_random(&rng);
+        for (int g = 0; g < 16; g++)
+            a.bsums[g] = (int16_t)(trial % 3 == 0 ? (next_random(&rng) & 1 ? 2032 : -2032) : (int)(next_random(&rng) % 4065) - 2032);
+        k4_scales_mins(scales, sc, m);
+        int expect = 0;
+        for (int j = 0; j < 8; j++) {
+            int want_sc, want_m;
+            k4_scale_min(scales, j, &want_sc, &want_m);
+            bad += sc[j] != want_sc || m[j] != want_m;
+            expect += want_m * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+        }
+        bad += k4_min_sum(m, &a) != expect;
+    }
+    report("kernels: Q4_K/Q5_K scales and mins unpacked four at a time == k4_scale_min; the mins' sum == its definition", bad == 0,
+           "%d inputs, %d off", trials, bad);
+}
+#endif
+
 // dot4 (four rows, x's loads shared) == dot on each row, bit for bit, for
 // every type that has one, on 1 to 9 blocks (odd counts end in a single
 // block); and matmul_rows, which takes rows four at a time, == dot per row
@@ -2868,6 +2897,9 @@ static void kernel_tests(void) {
     test_quantize_q8_k();
     test_quantize_q8_0();
     test_dot4();
+#if HAVE_AVX2 || HAVE_NEON
+    test_k4_helpers();
+#endif
     test_packed_kernels();
     test_work_runs();
     test_shared_products();
