@@ -2118,9 +2118,10 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
    Capabilities: the SIMD instructions this build may use, from the
    compiler's target (make passes -march=native). Every SIMD region below
    tests these names and nothing else, and each has a portable fallback.
-     HAVE_AVX2         AVX2 + FMA + F16C (x86-64-v3)
+     HAVE_AVX2         AVX2 + FMA + F16C (x86-64-v3): packed kernels of
+                       the 32-value types
      HAVE_AVX512       AVX-512 F, BW and VL, on top of AVX2
-     HAVE_AVX512_VNNI  AVX-512 VNNI: the packed integer kernels
+     HAVE_AVX512_VNNI  AVX-512 VNNI: packed kernels of every type
      HAVE_AVX_VNNI     the 256-bit VNNI of AVX-VNNI (Alder Lake on)
      HAVE_AMX          AMX tiles with int8 products (and AVX-512 VBMI):
                        prefill of the K-quants, where Linux allows it
@@ -2143,7 +2144,7 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
 #else
 #define HAVE_AVX512_VNNI 0
 #endif
-#if HAVE_AVX512_VNNI
+#if HAVE_AVX2
 #include <cpuid.h>
 #endif
 #if HAVE_AVX512_VNNI && defined(__AVX512VBMI__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
@@ -2428,16 +2429,30 @@ __attribute__((unused)) static void quantize_q8_0_plain(void *out, const float *
 // part cut off (exact in float) is at least a half. The saturating packs
 // are the clamp to -128..127. Both maxima skip a NaN, as fmaxf does.
 #if HAVE_AVX2
+// The largest of 32 values' magnitudes (NaN skipped, as fmaxf does).
+static float amax_32(const float *v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int k = 0; k < QK; k += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)), amax8);
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// Four vectors of 8 int32 (each within -128..127) as 32 bytes, in order:
+// the packs work within 128-bit lanes, so bytes come out as 4-value runs
+// of q[0..3] per lane, put back in order by the permute.
+static __m256i pack_bytes(const __m256i q[4]) {
+    __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 static void quantize_q8_0(void *out, const float *x, int n) {
     BlockQ8_0 *b = out;
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (int i = 0; i < n / QK; i++) {
         const float *v = x + (size_t)i * QK;
-        __m256 amax8 = _mm256_setzero_ps();
-        for (int k = 0; k < QK; k += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)), amax8);
-        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        float amax = amax_32(v);
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         if (!isfinite(id)) id = 0.0f;
         b[i].d = f32_to_f16(d);
@@ -2449,11 +2464,7 @@ static void quantize_q8_0(void *out, const float *x, int n) {
             __m256 step = _mm256_and_ps(away, _mm256_or_ps(one, _mm256_and_ps(sign, y))); // +-1 or 0
             q[j] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
         }
-        // packs work within 128-bit lanes: bytes come out as 4-value runs
-        // of q[0..3] per lane, put back in order by the permute
-        __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)b[i].qs, bytes);
+        _mm256_storeu_si256((__m256i *)b[i].qs, pack_bytes(q));
     }
 }
 #elif HAVE_NEON
@@ -5218,7 +5229,7 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
     memcpy(out, acc, sizeof acc);
 }
 
-#if HAVE_AVX512_VNNI
+#if HAVE_AVX2
 
 // Generation reads each weight once, in order, and while a core computes,
 // the hardware prefetchers fall behind: the kernels ask for each line of
@@ -5274,7 +5285,9 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
     for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_far_bytes < end; p += 64)
         prefetch_line(p);
 }
+#endif
 
+#if HAVE_AVX512_VNNI
 // Bits `from`.. of each byte of v, moved to bits `to`.. and masked to `mask`
 // (shifting 16-bit lanes: the mask drops what crosses from the next byte).
 static inline __m512i move_bits(__m512i v, int from, int to, int mask) {
@@ -5394,6 +5407,138 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
     }
 }
 
+#elif HAVE_AVX2
+
+/* The packed 32-value types on AVX2, which has no VNNI. maddubs multiplies
+   unsigned bytes (the weights) by signed ones (x) and adds neighbouring
+   products into int16, saturating; madd then adds pairs of those into
+   int32. So that no int16 saturates, the types stored as 4 or 5 bits sum
+   a run of chunks in int16 before widening: 8 chunks of values up to 15
+   (at most 8 * 2 * 15 * 127 = 30480), 4 of values up to 31 (31496). Q8_0
+   and IQ4_NL, stored up to 255, are multiplied signed instead (the stored
+   value less 128) as |w| times x with w's sign: at most 2 * 128 * 127 =
+   32512, widened at once, and with nothing to subtract for the offset
+   (128 * sum(q), the bias). So the same integers as the VNNI kernels and
+   the plain twin, hence their bits. A 256-bit vector holds 8 rows of a
+   chunk: rows 8h..8h+7 are half h of each 64-byte chunk. */
+
+// Positions per prefill tile: their float sums for both halves, integer
+// sums and int16 runs, with the chunk and x, fill the 16 registers.
+#define PACKED_TOKENS 2
+
+// Q8_0 and IQ4_NL: the values multiplied signed (see above).
+static int packed_signed(int type) { return type == TYPE_Q8_0 || type == TYPE_IQ4_NL; }
+
+// Chunks whose maddubs products are summed in int16 before madd (see above).
+static int int16_run(int type) {
+    if (packed_signed(type)) return 1;
+    return packed_fifth_bit(type) ? 4 : 8;
+}
+
+// Chunk j (values 4j..4j+3) of a block's quants, rows 8h..8h+7: the stored
+// values (0..31), or for Q8_0 and IQ4_NL the signed ones.
+static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigned char *quants, int j, int h, int type) {
+    if (type == TYPE_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(quants + 64 * j + 32 * h)), _mm256_set1_epi8((char)0x80));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * (j % 4) + 32 * h)); // values j < 4 low nibbles, else high
+    if (j >= 4) v = _mm256_srli_epi16(v, 4);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    if (packed_fifth_bit(type)) { // bit j of each byte to bit 4
+        __m256i high = _mm256_loadu_si256((const __m256i *)(quants + 256 + 32 * h));
+        if (j > 4) high = _mm256_srli_epi16(high, j - 4);
+        if (j < 4) high = _mm256_slli_epi16(high, 4 - j);
+        v = _mm256_or_si256(v, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
+    }
+    if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)), v);
+    return v;
+}
+
+// Block quants' integer sums for rows 8h..8h+7 against n_t positions,
+// x[t * stride] each position's block, less its bias: sum[t].
+static inline __attribute__((always_inline)) void packed_half_sums(__m256i *sum, const unsigned char *quants, int h, const ActBlock *x,
+                                                                    size_t stride, int n_t, int type) {
+    int run = int16_run(type), is_signed = packed_signed(type);
+    __m256i part[PACKED_TOKENS];
+    for (int t = 0; t < n_t; t++) sum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        __m256i w = packed_chunk8(quants, j, h, type), abs_w = is_signed ? _mm256_sign_epi8(w, w) : w; // -128 stays 0x80: 128 unsigned
+        for (int t = 0; t < n_t; t++) {
+            __m256i xj = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * stride].q + 4 * j));
+            __m256i products = _mm256_maddubs_epi16(abs_w, is_signed ? _mm256_sign_epi8(xj, w) : xj);
+            part[t] = j % run ? _mm256_add_epi16(part[t], products) : products;
+            if (j % run == run - 1) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(part[t], _mm256_set1_epi16(1)));
+        }
+    }
+    if (!is_signed)
+        for (int t = 0; t < n_t; t++) sum[t] = _mm256_sub_epi32(sum[t], _mm256_set1_epi32(x[(size_t)t * stride].bias));
+}
+
+// acc (rows 8h..8h+7) + one block's integer sums times the row scales and
+// x's, then (mins) the row mins times x's sum: packed_position_plain's
+// operations per lane.
+static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned char *meta, int h, const ActBlock *x, int mins) {
+    __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scales, _mm256_set1_ps(x->scale)), acc);
+    if (!mins) return acc;
+    __m256 row_mins = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 2 * GROUP_ROWS + 16 * h)));
+    return _mm256_fmadd_ps(row_mins, _mm256_set1_ps(x->sum), acc);
+}
+
+// Group g's rows (out[t * out_stride + r], r < n_rows) against n_t
+// (1 or PACKED_TOKENS) positions x[t * n_blocks ..]. Block by block, both
+// halves: the weights are read once, in order (one position: with the
+// lines ahead requested, as the VNNI kernels do).
+static inline __attribute__((always_inline)) void packed_tile_as(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                  const ActBlock *x, int n_t, int n_rows, int type, int mins) {
+    int n_blocks = col_blocks(m);
+    size_t quant_bytes = type_traits[type].packed_bytes, meta_bytes = type_traits[type].packed_meta_bytes;
+    const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks), *meta = packed_meta(m, (size_t)g * n_blocks);
+    const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    __m256 acc[2][PACKED_TOKENS];
+    for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; b++, quants += quant_bytes, meta += meta_bytes) {
+        if (n_t == 1) prefetch_ahead(quants, end, quant_bytes);
+        for (int h = 0; h < 2; h++) {
+            __m256i sum[PACKED_TOKENS];
+            packed_half_sums(sum, quants, h, x + b, (size_t)n_blocks, n_t, type);
+            for (int t = 0; t < n_t; t++) acc[h][t] = packed_half_end(acc[h][t], sum[t], meta, h, x + (size_t)t * n_blocks + b, mins);
+        }
+    }
+    for (int t = 0; t < n_t; t++) {
+        float rows[GROUP_ROWS];
+        _mm256_storeu_ps(rows, acc[0][t]);
+        _mm256_storeu_ps(rows + 8, acc[1][t]);
+        memcpy(out + (size_t)t * out_stride, rows, (size_t)n_rows * sizeof(float));
+    }
+}
+
+// packed_tile_as compiled for each type and tile (constants once inlined).
+static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_t, int n_rows) {
+    if (n_t == PACKED_TOKENS) switch (m->type) {
+        case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q8_0, 0); return;
+        case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q4_0, 0); return;
+        case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q4_1, 1); return;
+        case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q5_0, 0); return;
+        case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q5_1, 1); return;
+        default: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_IQ4_NL, 0); return;
+        }
+    switch (m->type) {
+    case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q8_0, 0); return;
+    case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q4_0, 0); return;
+    case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q4_1, 1); return;
+    case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q5_0, 0); return;
+    case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q5_1, 1); return;
+    default: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_IQ4_NL, 0); return;
+    }
+}
+
+// out[t * out_stride + r] for the n (<= PACKED_TOKENS) positions x[t * n_blocks ..]
+// and rows r < n_rows of group g: a tile, or one position at a time.
+static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
+    if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, PACKED_TOKENS, n_rows); return; }
+    for (int t = 0; t < n; t++) packed_tile(out + (size_t)t * out_stride, out_stride, m, g, x + (size_t)t * col_blocks(m), 1, n_rows);
+}
+
 #else
 #define PACKED_TOKENS 1
 #endif
@@ -5409,7 +5554,7 @@ static void packed_group_plain(float *out, size_t out_stride, const Matrix *m, i
     }
 }
 
-// quantize_act_plain, the same arithmetic with AVX-512 where it exists.
+// quantize_act_plain, the same arithmetic with AVX-512 or AVX2 where the build has it.
 static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
     int b = 0;
 #if HAVE_AVX512_VNNI
@@ -5425,6 +5570,24 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
         _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
         int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
+        out[b].bias = offset * sum;
+        out[b].sum = mins ? _cvtsh_ss(_cvtss_sh(sum * d, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
+    }
+#elif HAVE_AVX2
+    int offset = packed_offset(type), mins = packed_mins(type);
+    for (; (b + 1) * QK <= cols; b++) {
+        const float *v = x + (size_t)b * QK;
+        float amax = amax_32(v);
+        float d = amax / 127.0f, id = mins ? (amax != 0.0f ? 127.0f / amax : 0.0f) : d > 0.0f ? 1.0f / d : 0.0f;
+        if (!isfinite(id)) id = 0.0f;
+        __m256i q[4]; // to nearest even, as nearbyintf in the default rounding mode
+        for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * j), _mm256_set1_ps(id)));
+        _mm256_storeu_si256((__m256i *)out[b].q, pack_bytes(q));
+        __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+        sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0x4E));
+        int sum = _mm_cvtsi128_si32(_mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, 0xB1)));
         out[b].scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT));
         out[b].bias = offset * sum;
         out[b].sum = mins ? _cvtsh_ss(_cvtss_sh(sum * d, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
@@ -6008,7 +6171,7 @@ static void product_group(float *const *outs, const Matrix *const *ms, int gi, c
     }
     for (int t = 0; t < n; t += PACKED_TOKENS) {
         int n_t = n - t < PACKED_TOKENS ? n - t : PACKED_TOKENS;
-#if HAVE_AVX512_VNNI
+#if HAVE_AVX2
         if (!use_plain_kernels) { packed_group(o + (size_t)t * m->rows, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows); continue; }
 #endif
         packed_group_plain(o + (size_t)t * m->rows, (size_t)m->rows, m, g, xq + (size_t)t * n_blocks, n_t, n_rows);
@@ -6163,8 +6326,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
       logits that are not finite. This is the only place that checks.
    2. Each matrix's kernel was chosen once, at load (choose_kernels), from
       the weight types' table and this build's capabilities:
-        KERNEL_PACKED  a type with a packed layout, in builds with the
-                       packed integer kernels (AVX-512 VNNI): repacked at
+        KERNEL_PACKED  a type with a packed layout whose kernel this build
+                       has (packed_simd: AVX-512 VNNI, all; AVX2, the
+                       32-value types): repacked at
                        load; matrices that share x (wq wk wv; w1 w3) run in
                        one parallel region with x quantized once (in
                        generation, once by each thread)
@@ -6269,8 +6433,15 @@ static void free_matmul_scratch(MatmulScratch *mm) {
     memset(mm, 0, sizeof *mm);
 }
 
+// Whether this build has a SIMD kernel for type's packed layout: AVX-512
+// VNNI for every packed type, AVX2 for the 32-value ones.
+static int packed_simd(int type) {
+    if (type_traits[type].packed_bytes == 0) return 0;
+    return HAVE_AVX512_VNNI || (HAVE_AVX2 && type_traits[type].act_type != TYPE_Q8_K);
+}
+
 static int choose_kernel(int type) {
-    if (HAVE_AVX512_VNNI && type_traits[type].packed_bytes > 0) return KERNEL_PACKED;
+    if (packed_simd(type)) return KERNEL_PACKED;
     return type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS;
 }
 
@@ -6294,7 +6465,7 @@ static int choose_kernels(Transformer *t, const char *path) {
         if (m->kernel == KERNEL_PACKED) total += (packed_size(m) + 63) / 64 * 64;
     }
     if (total == 0) return 0;
-#if HAVE_AVX512_VNNI
+#if HAVE_AVX2
     choose_prefetch();
 #endif
     // On 2 MB boundaries, and Linux asked for huge pages where it gives them

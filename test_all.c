@@ -2103,15 +2103,14 @@ static void test_quantize_q8_0(void) {
            "%d of %d inputs differ", bad, trials);
 }
 
-// What the packed kernels' SIMD twin is in this build, for test names (AMX
+// What type's packed SIMD twin is in this build, for test names (AMX
 // takes the K-quants' tiles of 16 positions).
-static const char *packed_simd_name(int k_quant) {
+static const char *packed_simd_name(int type) {
 #if HAVE_AMX
-    if (k_quant && amx_ready()) return "AVX-512 VNNI and AMX (16 positions) == plain bit for bit";
-#else
-    (void)k_quant;
+    if (type_traits[type].act_type == TYPE_Q8_K && amx_ready()) return "AVX-512 VNNI and AMX (16 positions) == plain bit for bit";
 #endif
-    return HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "no SIMD kernel in this build (plain only)";
+    if (!packed_simd(type)) return "no SIMD kernel in this build (plain only)";
+    return HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "AVX2 == plain bit for bit";
 }
 
 // Positions: one (generation), tiles of 8 with and without leftovers. The
@@ -2140,7 +2139,7 @@ static void test_packed_kernels(void) {
                         float *one = malloc((size_t)n * rows * sizeof(float));
                         random_floats(&rng, x, (size_t)n * cols);
                         product(plain, x, n, &m, 1);
-                        if (HAVE_AVX512_VNNI) product(simd, x, n, &m, 0);
+                        if (packed_simd(types[ty])) product(simd, x, n, &m, 0);
                         else memcpy(simd, plain, (size_t)n * rows * sizeof(float)); // no SIMD twin: plain only
                         for (int t = 0; t < n; t++) product(one + (size_t)t * rows, x + (size_t)t * cols, 1, &m, 0);
                         for (int i = 0; i < rows; i++) {
@@ -2165,7 +2164,7 @@ static void test_packed_kernels(void) {
             char name[192];
             format_text(name, sizeof name, "kernels: packed %s: plain == float reference within activation rounding, "
                         "%s, %d thread(s)", type_name((uint32_t)types[ty]),
-                        packed_simd_name(k_quant), threads);
+                        packed_simd_name(types[ty]), threads);
             report(name, bad_ref == 0 && bad_simd == 0, "%d outputs, %d off the reference, %d SIMD off%s", checked, bad_ref, bad_simd, where);
             format_text(name, sizeof name, "kernels: packed %s prefill tiles == one position bit for bit, %d thread(s)",
                         type_name((uint32_t)types[ty]), threads);
@@ -2260,21 +2259,40 @@ static void set_block_value(void *row, int type, int b, int k, int v) {
         block->qs[k] = (int8_t)v;
         return;
     }
-    BlockQ4_0 *block = (BlockQ4_0 *)row + b;
-    block->d = 0x3C00;
+    uint8_t *qs;
+    int q = v + 8; // Q4_0
+    if (type == TYPE_Q5_0) {
+        BlockQ5_0 *block = (BlockQ5_0 *)row + b;
+        block->d = 0x3C00;
+        q = v + 16;
+        block->qh[k / 8] = (uint8_t)((block->qh[k / 8] & ~(1 << k % 8)) | (q >> 4) << k % 8);
+        qs = block->qs;
+    } else if (type == TYPE_IQ4_NL) {
+        BlockIQ4_NL *block = (BlockIQ4_NL *)row + b;
+        block->d = 0x3C00;
+        for (q = 0; iq4nl_values[q] != v; q++) {}
+        qs = block->qs;
+    } else {
+        BlockQ4_0 *block = (BlockQ4_0 *)row + b;
+        block->d = 0x3C00;
+        qs = block->qs;
+    }
     int shift = k < QK / 2 ? 0 : 4;
-    uint8_t *byte = &block->qs[k % (QK / 2)];
-    *byte = (uint8_t)((*byte & ~(0xF << shift)) | (v + 8) << shift);
+    uint8_t *byte = &qs[k % (QK / 2)];
+    *byte = (uint8_t)((*byte & ~(0xF << shift)) | (q & 0xF) << shift);
 }
 
 // The packed kernels at the ends of the integer ranges, all scales 1:
 // Q8_0 weights -128 (a file may hold it) or 127, Q4_0 nibbles 0 or 15,
-// activations -127 or 127. The sums must be exact (float holds them).
+// Q5_0 values 0 or 31, IQ4_NL -127 or 113, activations -127 or 127. The
+// sums must be exact (float holds them): trials 1 and 2 take every weight
+// at one end and x at 127, the largest sums AVX2 adds in int16.
 static void test_packed_extremes(void) {
     enum { ROWS = 19, COLS = 3 * QK, TRIALS = 16 };
-    int types[2] = {TYPE_Q8_0, TYPE_Q4_0};
+    int types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q5_0, TYPE_IQ4_NL};
+    int lows[] = {-128, -8, -16, -127}, highs[] = {127, 7, 15, 113};
     uint64_t rng = 23;
-    for (int ty = 0; ty < 2; ty++) {
+    for (int ty = 0; ty < 4; ty++) {
         int bad = 0;
         char where[128] = "";
         size_t row_bytes = type_row_bytes(types[ty], COLS);
@@ -2288,16 +2306,16 @@ static void test_packed_extremes(void) {
                 xq[b].scale = 1.0f;
                 int sum = 0;
                 for (int k = 0; k < QK; k++) {
-                    int v = trial == 0 || next_random(&rng) & 1 ? 127 : -127;
+                    int v = trial < 3 || next_random(&rng) & 1 ? 127 : -127;
                     xq[b].q[k] = (int8_t)v;
                     sum += v;
                 }
-                xq[b].bias = (types[ty] == TYPE_Q8_0 ? 128 : 8) * sum;
+                xq[b].bias = packed_offset(types[ty]) * sum;
             }
             for (int i = 0; i < ROWS; i++)
-                for (int j = 0; j < COLS; j++) {
-                    int high = trial == 0 ? (i + j) % 2 : (int)(next_random(&rng) & 1); // trial 0: both ends, with x 127 everywhere
-                    w[i][j] = types[ty] == TYPE_Q8_0 ? (high ? 127 : -128) : (high ? 7 : -8);
+                for (int j = 0; j < COLS; j++) { // trial 0: both ends, 1: all high, 2: all low
+                    int high = trial == 0 ? (i + j) % 2 : trial < 3 ? trial == 1 : (int)(next_random(&rng) & 1);
+                    w[i][j] = high ? highs[ty] : lows[ty];
                     set_block_value(data + (size_t)i * row_bytes, types[ty], j / QK, j % QK, w[i][j]);
                 }
             pack_matrix(packed, &m);
@@ -2306,8 +2324,8 @@ static void test_packed_extremes(void) {
             for (int plain = 0; plain < 2; plain++) {
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
-                    if (plain || !HAVE_AVX512_VNNI) packed_group_plain(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
-#if HAVE_AVX512_VNNI
+                    if (plain || !packed_simd(types[ty])) packed_group_plain(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
+#if HAVE_AVX2
                     else packed_group(got + g * GROUP_ROWS, 0, &m, g, xq, 1, n_rows);
 #endif
                 }
@@ -2481,7 +2499,7 @@ static void test_packed_k_extremes(void) {
         }
         char name[192];
         format_text(name, sizeof name, "kernels: packed %s exact (to float rounding) at the integer extremes, %s", type_name((uint32_t)types[ty]),
-                    packed_simd_name(1));
+                    packed_simd_name(types[ty]));
         report(name, bad == 0, "%d matrices of %d rows, %d position(s), %d off%s", TRIALS, ROWS, n_positions, bad, where);
         free(data); free(packed);
     }
