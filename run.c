@@ -5808,29 +5808,7 @@ static void packed_k_group_plain(float *out, size_t out_stride, const Matrix *m,
     }
 }
 
-#if HAVE_AVX512_VNNI
-
-// Chunk c of a super-block's quants: 16 rows' q as unsigned bytes.
-static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
-    __m512i q = _mm512_setzero_si512();
-    int bits = 0;
-    if (f.planes & 4) {
-        q = move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
-        bits = 4;
-    }
-    if (f.planes & 2) {
-        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 2) + 64 * (c % 16));
-        q = _mm512_or_si512(q, move_bits(v, 2 * (c / 16), bits, 3 << bits));
-        bits += 2;
-    }
-    if (f.planes & 1) {
-        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 1) + 64 * (c % 8));
-        q = _mm512_or_si512(q, move_bits(v, c / 8, bits, 1 << bits));
-    }
-    if (f.lookup) q = _mm512_shuffle_epi8(iq4nl_table(), q);
-    return q;
-}
-
+#if HAVE_AVX2
 // packed_k_scale for the 16 rows at once, a byte per row: sc (signed) and
 // m (unsigned; types without mins: undefined).
 static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, __m128i *m, const unsigned char *meta, int j, PackedK f) {
@@ -5854,6 +5832,31 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
     __m128i m_top = _mm_srli_epi16(_mm_loadu_si128((const __m128i *)(k4 + 16 * j)), 2);
     *sc = _mm_or_si128(_mm_and_si128(both, low_four), _mm_and_si128(sc_top, bits_4_5));
     *m = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(both, 4), low_four), _mm_and_si128(m_top, bits_4_5));
+}
+
+#endif
+
+#if HAVE_AVX512_VNNI
+
+// Chunk c of a super-block's quants: 16 rows' q as unsigned bytes.
+static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
+    __m512i q = _mm512_setzero_si512();
+    int bits = 0;
+    if (f.planes & 4) {
+        q = move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
+        bits = 4;
+    }
+    if (f.planes & 2) {
+        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 2) + 64 * (c % 16));
+        q = _mm512_or_si512(q, move_bits(v, 2 * (c / 16), bits, 3 << bits));
+        bits += 2;
+    }
+    if (f.planes & 1) {
+        __m512i v = _mm512_loadu_si512(quants + plane_start(f, 1) + 64 * (c % 8));
+        q = _mm512_or_si512(q, move_bits(v, c / 8, bits, 1 << bits));
+    }
+    if (f.lookup) q = _mm512_shuffle_epi8(iq4nl_table(), q);
+    return q;
 }
 
 // sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
@@ -6103,6 +6106,133 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
 }
 #endif
 
+#elif HAVE_AVX2
+
+/* The packed K-quants on AVX2 (maddubs and its int16 limit: see the
+   32-value types' AVX2 kernels). Activations are Q8_K, -127..127. Per row
+   and sub-block, the products of k_int16_run chunks add up in int16, and
+   madd with the row's scale in both halves of its 32-bit lane multiplies
+   and widens them at once: sumi collects sc_j * (sum of q * x). The
+   offset's part, sc_j * xsum_j, or the mins' m_j * xsum_j, is one exact
+   16-bit madd per sub-block (xsum is at most 32 * 128), and sumi less
+   offset times that is the plain twin's integer. IQ4_XS multiplies its
+   table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
+   do (at most 2 * 127 * 127 a pair). */
+
+// Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
+// values add up to the bits), by |x| <= 127, two to an int16.
+static int k_int16_run(PackedK f) {
+    if (f.lookup) return 1;
+    int bits = (f.planes & 4) + (f.planes & 2) + (f.planes & 1), most = 32767 / (2 * 127 * ((1 << bits) - 1));
+    int n_chunks = QK_K / f.n_subs / 4, run = 1;
+    while (run * 2 <= most && run * 2 <= n_chunks) run *= 2;
+    return run;
+}
+
+// move_bits on 256 bits.
+static inline __m256i move_bits_256(__m256i v, int from, int to, int mask) {
+    if (to > from) v = _mm256_slli_epi16(v, to - from);
+    if (from > to) v = _mm256_srli_epi16(v, from - to);
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
+}
+
+// Chunk c of a super-block's quants, rows 8h..8h+7: q as unsigned bytes
+// (IQ4_XS: its table's signed values).
+static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsigned char *quants, int c, int h, PackedK f) {
+    __m256i q = _mm256_setzero_si256();
+    int bits = 0;
+    if (f.planes & 4) {
+        q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
+        bits = 4;
+    }
+    if (f.planes & 2) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 2) + 64 * (c % 16) + 32 * h));
+        q = _mm256_or_si256(q, move_bits_256(v, 2 * (c / 16), bits, 3 << bits));
+        bits += 2;
+    }
+    if (f.planes & 1) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 1) + 64 * (c % 8) + 32 * h));
+        q = _mm256_or_si256(q, move_bits_256(v, c / 8, bits, 1 << bits));
+    }
+    if (f.lookup) q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)), q);
+    return q;
+}
+
+// sumi[t] and summ[t] of one super-block (quants, meta), rows 8h..8h+7,
+// for the n_t positions x[t * x_stride].
+static inline __attribute__((always_inline)) void packed_k_half_sums(__m256i *sumi, __m256i *summ, const unsigned char *quants,
+                                                                      const unsigned char *meta, int h, const BlockQ8_K *x,
+                                                                      size_t x_stride, int n_t, PackedK f) {
+    int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
+    __m256i part[PACKED_TOKENS], extra[PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
+    for (int t = 0; t < n_t; t++) sumi[t] = extra[t] = _mm256_setzero_si256();
+    #pragma GCC unroll 16
+    for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
+        __m128i sc_bytes, m_bytes;
+        packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
+        if (h) sc_bytes = _mm_srli_si128(sc_bytes, 8), m_bytes = _mm_srli_si128(m_bytes, 8);
+        __m256i sc_pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc_bytes, sc_bytes)); // row r's scale at int16 2r and 2r+1
+        __m256i coef = f.mins ? _mm256_cvtepu8_epi32(m_bytes) // the low half of each lane, the high half zero
+                              : _mm256_and_si256(_mm256_cvtepi8_epi32(sc_bytes), _mm256_set1_epi32(0xFFFF));
+        #pragma GCC unroll 8
+        for (int i = 0; i < n_chunks; i++) {
+            __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h, f), abs_w = f.lookup ? _mm256_sign_epi8(w, w) : w;
+            for (int t = 0; t < n_t; t++) {
+                __m256i xi = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i));
+                __m256i products = _mm256_maddubs_epi16(abs_w, f.lookup ? _mm256_sign_epi8(xi, w) : xi);
+                part[t] = i % run ? _mm256_add_epi16(part[t], products) : products;
+                if (i % run == run - 1) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(part[t], sc_pairs));
+            }
+        }
+        for (int t = 0; (offset || f.mins) && t < n_t; t++) {
+            const BlockQ8_K *xt = x + (size_t)t * x_stride;
+            int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
+            extra[t] = _mm256_add_epi32(extra[t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
+        }
+    }
+    for (int t = 0; t < n_t; t++) {
+        if (offset) sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_mullo_epi32(extra[t], _mm256_set1_epi32(offset)));
+        summ[t] = extra[t];
+    }
+}
+
+// n_t (1 or PACKED_TOKENS) positions x[t * col_blocks ..] against group
+// g's rows: out[t * out_stride + r] for r < n_rows. Block by block, both
+// halves, so the weights are read once, in order (one position: a block's
+// lines ahead asked for in one burst, as the VNNI kernels do).
+static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
+                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
+    int n_blocks = col_blocks(m), lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1));
+    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
+    const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    __m256 acc[2][PACKED_TOKENS];
+    for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
+        const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks + b);
+        for (int l = 0; n_t == 1 && quants + prefetch_far_bytes < end && l < lines; l++) prefetch_line(quants + 64 * l);
+        for (int h = 0; h < 2; h++) {
+            __m256i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
+            packed_k_half_sums(sumi, summ, quants, meta, h, x + b, (size_t)n_blocks, n_t, f);
+            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+            __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
+            for (int t = 0; t < n_t; t++) {
+                __m256 xd = _mm256_set1_ps(x[(size_t)t * n_blocks + b].d);
+                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(d, xd), acc[h][t]);
+                if (f.mins) acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dmin, xd), acc[h][t]);
+            }
+        }
+    }
+    for (int t = 0; t < n_t; t++) {
+        float rows[GROUP_ROWS];
+        _mm256_storeu_ps(rows, acc[0][t]);
+        _mm256_storeu_ps(rows + 8, acc[1][t]);
+        memcpy(out + (size_t)t * out_stride, rows, (size_t)n_rows * sizeof(float));
+    }
+}
+#endif
+
+#if HAVE_AVX2
 // Any number of positions for one format (a constant once inlined): tiles
 // of AMX_TOKENS on AMX (where x_tiles holds their quants), then of
 // PACKED_TOKENS, then one at a time.
@@ -6162,7 +6292,7 @@ static void product_group(float *const *outs, const Matrix *const *ms, int gi, c
     int n_rows = m->rows - g * GROUP_ROWS < GROUP_ROWS ? m->rows - g * GROUP_ROWS : GROUP_ROWS;
     float *o = outs[i] + (size_t)g * GROUP_ROWS;
     if (type_traits[m->type].act_type == TYPE_Q8_K) { // all positions at once (the AMX tiles take 16)
-#if HAVE_AVX512_VNNI
+#if HAVE_AVX2
         if (!use_plain_kernels) { packed_k_group(o, (size_t)m->rows, m, g, xk, x_tiles, n, n_rows); return; }
 #endif
         (void)x_tiles;
@@ -6433,12 +6563,9 @@ static void free_matmul_scratch(MatmulScratch *mm) {
     memset(mm, 0, sizeof *mm);
 }
 
-// Whether this build has a SIMD kernel for type's packed layout: AVX-512
-// VNNI for every packed type, AVX2 for the 32-value ones.
-static int packed_simd(int type) {
-    if (type_traits[type].packed_bytes == 0) return 0;
-    return HAVE_AVX512_VNNI || (HAVE_AVX2 && type_traits[type].act_type != TYPE_Q8_K);
-}
+// Whether this build has a SIMD kernel for type's packed layout (AVX2 or
+// AVX-512 VNNI: every packed type).
+static int packed_simd(int type) { return HAVE_AVX2 && type_traits[type].packed_bytes > 0; }
 
 static int choose_kernel(int type) {
     if (packed_simd(type)) return KERNEL_PACKED;

@@ -2440,13 +2440,14 @@ static void test_dot_extremes_all(void) {
 
 // The packed K-quant kernels at the integer extremes, as above: 19 rows of
 // two super-blocks, every quant, scale and min byte all ones, all zeros or
-// random, unit fp16 scales, x at +-127 in 17 positions where the build has
-// AMX (a tile of 16 and one more), else one. Plain and SIMD must
+// random, unit fp16 scales, x at +-127 in 17 positions
+// where the build has AMX (a tile of 16 and one more), else a tile of
+// PACKED_TOKENS and one more. Plain and SIMD must
 // give the exact sums within float rounding, and agree bit for bit.
 static void test_packed_k_extremes(void) {
     enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24, POSITIONS = 17 };
     static const int types[] = {TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
-    int n_positions = HAVE_AMX ? POSITIONS : 1; // the others take one position at a time anyway
+    int n_positions = HAVE_AMX ? POSITIONS : PACKED_TOKENS + 1; // a tile and one more
     uint64_t rng = 29;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]];
@@ -2481,8 +2482,8 @@ static void test_packed_k_extremes(void) {
             for (int plain = 0; plain < 2; plain++)
                 for (int g = 0; g * GROUP_ROWS < ROWS; g++) {
                     int n_rows = ROWS - g * GROUP_ROWS < GROUP_ROWS ? ROWS - g * GROUP_ROWS : GROUP_ROWS;
-                    if (plain || !HAVE_AVX512_VNNI) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
-#if HAVE_AVX512_VNNI
+                    if (plain || !packed_simd(types[ty])) packed_k_group_plain(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], n_positions, n_rows);
+#if HAVE_AVX2
                     else packed_k_group(got[plain][0] + g * GROUP_ROWS, ROWS, &m, g, act[0], tiles, n_positions, n_rows);
 #endif
                 }
