@@ -2429,14 +2429,19 @@ __attribute__((unused)) static void quantize_q8_0_plain(void *out, const float *
 // part cut off (exact in float) is at least a half. The saturating packs
 // are the clamp to -128..127. Both maxima skip a NaN, as fmaxf does.
 #if HAVE_AVX2
-// The largest of 32 values' magnitudes (NaN skipped, as fmaxf does).
-static float amax_32(const float *v) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 amax8 = _mm256_setzero_ps();
-    for (int k = 0; k < QK; k += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)), amax8);
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+// The largest of the 8 lanes.
+static float max_m256(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// The largest of n (a multiple of 8) values' magnitudes (NaN skipped, as fmaxf does).
+static float amax_floats(const float *v, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int k = 0; k < n; k += 8) amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + k)), amax8);
+    return max_m256(amax8);
 }
 
 // Four vectors of 8 int32 (each within -128..127) as 32 bytes, in order:
@@ -2452,7 +2457,7 @@ static void quantize_q8_0(void *out, const float *x, int n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (int i = 0; i < n / QK; i++) {
         const float *v = x + (size_t)i * QK;
-        float amax = amax_32(v);
+        float amax = amax_floats(v, QK);
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         if (!isfinite(id)) id = 0.0f;
         b[i].d = f32_to_f16(d);
@@ -3045,6 +3050,34 @@ static void quantize_q8_k(void *out, const float *x, int n) {
             __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(127));
             _mm_storeu_si128((__m128i *)(y[i].qs + 16 * g), _mm512_cvtepi32_epi8(q));
             y[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+#elif HAVE_AVX2
+// The same on AVX2, 8 values at a time, the same bytes.
+static void quantize_q8_k(void *out, const float *x, int n) {
+    BlockQ8_K *y = out;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = amax_floats(x, QK_K), max = 0.0f;
+        for (int k = 0; k < QK_K; k += 8) { // the first value of that magnitude, the one the plain loop keeps
+            int at = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (at) { max = x[k + __builtin_ctz((unsigned)at)]; break; }
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        float iscale = -127.0f / max;
+        if (amax == 0.0f || !isfinite(iscale)) continue;
+        for (int g = 0; g < 16; g++) { // rounding to nearest even, as nearest_int
+            __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_set1_ps(iscale), _mm256_loadu_ps(x + 16 * g)));
+            __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_set1_ps(iscale), _mm256_loadu_ps(x + 16 * g + 8)));
+            q0 = _mm256_min_epi32(q0, _mm256_set1_epi32(127));
+            q1 = _mm256_min_epi32(q1, _mm256_set1_epi32(127));
+            __m256i halves = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8); // 16 int16 in order
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * g), _mm_packs_epi16(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1)));
+            __m128i sum = _mm_madd_epi16(_mm_add_epi16(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1)), _mm_set1_epi16(1));
+            sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+            y[i].bsums[g] = (int16_t)_mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1)));
         }
         y[i].d = 1 / iscale;
     }
@@ -5578,7 +5611,7 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
     int offset = packed_offset(type), mins = packed_mins(type);
     for (; (b + 1) * QK <= cols; b++) {
         const float *v = x + (size_t)b * QK;
-        float amax = amax_32(v);
+        float amax = amax_floats(v, QK);
         float d = amax / 127.0f, id = mins ? (amax != 0.0f ? 127.0f / amax : 0.0f) : d > 0.0f ? 1.0f / d : 0.0f;
         if (!isfinite(id)) id = 0.0f;
         __m256i q[4]; // to nearest even, as nearbyintf in the default rounding mode
