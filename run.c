@@ -2421,10 +2421,10 @@ __attribute__((unused)) static void quantize_q8_0_plain(void *out, const float *
     }
 }
 
-// quantize_q8_0_plain's SIMD twin, the same bytes: the row kernels quantize
-// x on one thread before each product (the plain loop, its roundf and
-// fmaxf calls were 7% of an AVX2 build's generation time, tl1b Q4_0, with
-// the other thread waiting). roundf rounds halves away from zero: NEON's
+// quantize_q8_0_plain's SIMD twin, the same bytes: -m quantize writes every
+// Q8_0 weight with it, and the row kernels (NEON) quantize x with it on one
+// thread before each product (the plain loop, its roundf and fmaxf calls,
+// took 7% of generation when AVX2 builds ran the row kernels, tl1b Q4_0). roundf rounds halves away from zero: NEON's
 // vrndaq does that; on AVX2, the value truncated, plus its sign where the
 // part cut off (exact in float) is at least a half. The saturating packs
 // are the clamp to -128..127. Both maxima skip a NaN, as fmaxf does.
@@ -2513,10 +2513,11 @@ static void quantize_q4_0(void *out, const float *x, int n) {
     }
 }
 
-/* The fast Q8_0/Q4_0 dot products: the same integer sums per block with
-   SIMD, two float sums so that consecutive blocks do not wait for each
-   other (so the result differs from the plain twin only by the order of
-   the float additions). */
+/* The fast Q8_0/Q4_0 dot products of the row kernels (NEON; x86 builds run
+   every quantized type through the packed kernels): the same integer sums
+   per block with SIMD, two float sums so that consecutive blocks do not
+   wait for each other (so the result differs from the plain twin only by
+   the order of the float additions). */
 
 #if HAVE_AVX2
 // The sum of the 8 lanes.
@@ -2526,74 +2527,9 @@ static float sum_m256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-
-// The 32 products of signed bytes w and x, summed in groups of four into
-// 8 int32 lanes: |w| times x with w's sign, the unsigned-by-signed form
-// that VNNI (or maddubs) multiplies. Values are within -127..127.
-static __m256i dot_bytes(__m256i w, __m256i x) {
-    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
-#if HAVE_AVX512_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
-#elif HAVE_AVX_VNNI
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
 #endif
-}
 
-// acc + block i of a Q8_0 or Q4_0 row times Q8_0 block x, in 8 lanes.
-// Q4_0's nibbles stay unsigned (0..15): maddubs multiplies them by x, and
-// 8 x (the stored offset) is taken off the pairs in int16, both exact
-// (at most 15 * 128 * 2 and 8 * 128 * 2). The same sums as with the
-// nibbles made signed first, for fewer instructions: the kernel from L3,
-// one thread, x86-64-v3, 16.7 -> 21.1 GB/s.
-static __m256 block_dot(const void *row, int i, const BlockQ8_0 *x, int type, __m256 acc) {
-    __m256i sums, xq = _mm256_loadu_si256((const __m256i *)x->qs);
-    float d;
-    if (type == TYPE_Q8_0) {
-        const BlockQ8_0 *b = (const BlockQ8_0 *)row + i;
-        sums = dot_bytes(_mm256_loadu_si256((const __m256i *)b->qs), xq);
-        d = f16_to_f32(b->d);
-    } else { // the 16 bytes in both halves, the upper half shifted: values 0..15, then 16..31
-        const BlockQ4_0 *b = (const BlockQ4_0 *)row + i;
-        __m256i w = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b->qs));
-        w = _mm256_and_si256(_mm256_srlv_epi64(w, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-        __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(w, xq), _mm256_maddubs_epi16(_mm256_set1_epi8(8), xq));
-        sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-        d = f16_to_f32(b->d);
-    }
-    return _mm256_fmadd_ps(_mm256_set1_ps(d * f16_to_f32(x->d)), _mm256_cvtepi32_ps(sums), acc);
-}
-
-static float dot_x32(const void *row, const BlockQ8_0 *x, int n_blocks, int type) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 2 <= n_blocks; i += 2) {
-        acc0 = block_dot(row, i, x + i, type, acc0);
-        acc1 = block_dot(row, i + 1, x + i + 1, type, acc1);
-    }
-    if (i < n_blocks) acc0 = block_dot(row, i, x + i, type, acc0);
-    return sum_m256(_mm256_add_ps(acc0, acc1));
-}
-
-// dot_x32 for four rows row_bytes apart, each row's sums in dot_x32's order
-// (its bits); each block of x is loaded once for the four (kernel from L3,
-// one thread, x86-64-v3: Q4_0 21.0 -> 23.3 GB/s, Q8_0 45.4 -> 49.5).
-static void dot4_x32(float out[4], const unsigned char *rows, size_t row_bytes, const BlockQ8_0 *x, int n_blocks, int type) {
-    __m256 acc0[4], acc1[4];
-    for (int r = 0; r < 4; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 2 <= n_blocks; i += 2)
-        for (int r = 0; r < 4; r++) {
-            acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
-            acc1[r] = block_dot(rows + r * row_bytes, i + 1, x + i + 1, type, acc1[r]);
-        }
-    if (i < n_blocks)
-        for (int r = 0; r < 4; r++) acc0[r] = block_dot(rows + r * row_bytes, i, x + i, type, acc0[r]);
-    for (int r = 0; r < 4; r++) out[r] = sum_m256(_mm256_add_ps(acc0[r], acc1[r]));
-}
-
-#elif HAVE_NEON
+#if HAVE_NEON
 // The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
 // lanes. SDOT does four products and their sum per lane in one
 // instruction; plain NEON widens the products to int16 and adds
@@ -3765,12 +3701,9 @@ static void quantize_iq4_xs(void *out, const float *x, int n) {
 /* The fast K-quant dot products (Q4_K and Q6_K, the types of the files
    people use most): the same exact integer sums per sub-block as the plain
    twins, with SIMD; they differ from them only in the order of the float
-   additions. AVX2: maddubs multiplies the unsigned quants by x's signed
-   bytes into int16 pairs (at most 63 * 127 * 2, no overflow), madd
-   multiplies those by the sub-block scales into int32. NEON: dot_bytes
-   (SDOT where the build has it). */
+   additions. NEON: dot_bytes (SDOT where the build has it). */
 
-#if HAVE_AVX2 || HAVE_NEON // helpers of the SIMD dots below
+#if HAVE_NEON // helpers of the NEON dots below
 // Q4_K/Q5_K's eight 6-bit scales and mins of a super-block, unpacked four
 // at a time from the 12 bytes read as three little-endian words, each
 // byte a lane (k4_scale_min takes one j at a time): bytes 0-3 and 4-7 hold
@@ -3790,80 +3723,13 @@ static void k4_scales_mins(const uint8_t *scales, uint8_t sc[8], uint8_t m[8]) {
 
 // sum over the 8 sub-blocks of m_j * (x's sum over them), from Q8_K's group sums.
 static int k4_min_sum(const uint8_t m[8], const BlockQ8_K *a) {
-#if HAVE_AVX2
-    // the 16 group sums added in pairs (at most 4096 each), times m, in int32
-    __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums), _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
-    __m128i sums = _mm_madd_epi16(pairs, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m)));
-    sums = _mm_add_epi32(sums, _mm_shuffle_epi32(sums, 0x4E));
-    return _mm_cvtsi128_si32(_mm_add_epi32(sums, _mm_shuffle_epi32(sums, 0xB1)));
-#else
     int summ = 0;
     for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
     return summ;
-#endif
 }
 #endif
 
-#if HAVE_AVX2
-static float dot_q4_k(const void *row, const void *act, int n) {
-    const BlockQ4_K *w = row;
-    const BlockQ8_K *a = act;
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        k4_scales_mins(w[i].scales, sc, m);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) { // 64 values: 32 bytes, low nibbles then high ones
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-            __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
-            __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * j + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-        mins += f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
-    }
-    return sum_m256(acc) - mins;
-}
-
-static float dot_q6_k(const void *row, const void *act, int n) {
-    const BlockQ6_K *w = row;
-    const BlockQ8_K *a = act;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) { // halves of 128 values (q6_k_quant's layout)
-            const uint8_t *ql = w[i].ql + 64 * h;
-            const int8_t *x = a[i].qs + 128 * h, *sc = w[i].scales + 8 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h)), q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
-            for (int k = 0; k < 4; k++) { // 32 values: sub-blocks 2k and 2k + 1 of the half
-                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
-                __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
-            }
-        }
-        // q is stored plus 32: less 32 * sum(sc * x) over the 16 sub-blocks
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales));
-        __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), sc16);
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return sum_m256(acc);
-}
-
-#elif HAVE_NEON
+#if HAVE_NEON
 // The 16 products of signed bytes w and x, summed.
 static int32_t dot16(int8x16_t w, int8x16_t x) {
 #if HAVE_DOTPROD
@@ -3931,11 +3797,9 @@ static float dot_q6_k(const void *row, const void *act, int n) { return dot_q6_k
 /* Q2_K and Q3_K against Q8_K, as Q6_K above: each 32-byte run of qs holds
    four 32-value runs of 2-bit q (two sub-blocks each), taken out by shifting
    2 bits at a time. Q2_K's mins come from x's group sums, as in the plain
-   twin. Q3_K's q - 4 is signed: AVX2 multiplies the unsigned q (0..7, with
-   its hmask bit) and takes 4 * sum(sc * x) off from the group sums, as
-   Q6_K does its 32; NEON subtracts 4 first, SDOT being signed. */
+   twin. Q3_K's q - 4 is signed: NEON subtracts 4 first, SDOT being signed. */
 
-#if HAVE_AVX2 || HAVE_NEON // helpers of the SIMD dots below
+#if HAVE_NEON // helpers of the NEON dots below
 // sum over the 16 sub-blocks of Q2_K's m_j * (x's sum over them).
 static int q2_k_min_sum(const BlockQ2_K *w, const BlockQ8_K *a) {
     int summ = 0;
@@ -3949,61 +3813,7 @@ static void q3_k_scales(const uint8_t *scales, int16_t sc[16]) {
 }
 #endif
 
-#if HAVE_AVX2
-// sumi + the 32 unsigned q times x (sub-blocks of scales sc0 then sc1), in 8 lanes.
-static __m256i add_q_dot_x(__m256i sumi, __m256i q, const int8_t *x, int sc0, int sc1) {
-    __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)x));
-    __m256i scales = _mm256_set_m128i(_mm_set1_epi16((int16_t)sc1), _mm_set1_epi16((int16_t)sc0));
-    return _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scales));
-}
-
-static float dot_q2_k(const void *row, const void *act, int n) {
-    const BlockQ2_K *w = row;
-    const BlockQ8_K *a = act;
-    const __m256i low2 = _mm256_set1_epi8(0x03);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int i = 0; i < n / QK_K; i++) {
-        const uint8_t *sc = w[i].scales;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) { // halves of 128 values (q2_k_quant's layout)
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
-            for (int s = 0; s < 4; s++, q = _mm256_srli_epi16(q, 2)) // values 128h + 32s..: sub-blocks 8h + 2s, +1
-                sumi = add_q_dot_x(sumi, _mm256_and_si256(q, low2), a[i].qs + 128 * h + 32 * s,
-                                   sc[8 * h + 2 * s] & 0xF, sc[8 * h + 2 * s + 1] & 0xF);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-        mins += f16_to_f32(w[i].dmin) * a[i].d * q2_k_min_sum(&w[i], &a[i]);
-    }
-    return sum_m256(acc) - mins;
-}
-
-static float dot_q3_k(const void *row, const void *act, int n) {
-    const BlockQ3_K *w = row;
-    const BlockQ8_K *a = act;
-    const __m256i low2 = _mm256_set1_epi8(0x03), one = _mm256_set1_epi8(0x01);
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++) {
-        int16_t sc[16];
-        q3_k_scales(w[i].scales, sc);
-        __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask), sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) { // halves of 128 values; run 4h + s has its hmask bit at bit 4h + s
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * h));
-            for (int s = 0; s < 4; s++, q = _mm256_srli_epi16(q, 2), hm = _mm256_srli_epi16(hm, 1)) {
-                __m256i q3 = _mm256_or_si256(_mm256_and_si256(q, low2), _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-                sumi = add_q_dot_x(sumi, q3, a[i].qs + 128 * h + 32 * s, sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]);
-            }
-        }
-        // q is stored plus 4: less 4 * sum(sc * x) over the 16 sub-blocks
-        __m256i offset = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums),
-                                           _mm256_loadu_si256((const __m256i *)sc));
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 2));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return sum_m256(acc);
-}
-
-#elif HAVE_NEON
+#if HAVE_NEON
 static float dot_q2_k(const void *row, const void *act, int n) {
     const BlockQ2_K *w = row;
     const BlockQ8_K *a = act;
@@ -4060,55 +3870,7 @@ static float dot_q3_k(const void *row, const void *act, int n) { return dot_q3_k
    block's 32 values decoded to signed bytes, then dot_bytes, as dot_x32
    does for Q4_0. */
 
-#if HAVE_AVX2
-// The 32 nibbles of qs (16 bytes) as bytes: the low nibbles are values
-// 0..15, the high ones 16..31 (the layout of the blocks of 32).
-static __m256i nibble_bytes(const uint8_t *qs) {
-    __m128i packed = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
-}
-
-// Q5_0's or Q5_1's 32 q (0..31) as bytes: the nibbles, and bit j of qh as
-// 16 in byte j (each byte picks its qh byte, then tests its own bit).
-static __m256i q5_bytes(const uint8_t *qs, const uint8_t *qh_bytes) {
-    __m256i qh = _mm256_shuffle_epi8(_mm256_set1_epi32((int)read_qh32(qh_bytes)),
-                                     _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(16));
-    return _mm256_or_si256(nibble_bytes(qs), high);
-}
-
-// The 32 values of IQ4_NL's nibbles qs (an IQ4_NL block, or a sub-block of
-// IQ4_XS) as bytes: each nibble looks up its level.
-static __m256i iq4_nl_bytes(const uint8_t *qs) {
-    __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
-    return _mm256_shuffle_epi8(levels, nibble_bytes(qs));
-}
-
-static float dot_q5_0(const void *row, const void *act, int n) {
-    const BlockQ5_0 *w = row;
-    const BlockQ8_0 *x = act;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / 32; i++) {
-        __m256i q = _mm256_sub_epi8(q5_bytes(w[i].qs, w[i].qh), _mm256_set1_epi8(16));
-        __m256i sums = dot_bytes(q, _mm256_loadu_si256((const __m256i *)x[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
-    }
-    return sum_m256(acc);
-}
-
-static float dot_iq4_nl(const void *row, const void *act, int n) {
-    const BlockIQ4_NL *w = row;
-    const BlockQ8_0 *x = act;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / 32; i++) {
-        __m256i sums = dot_bytes(iq4_nl_bytes(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
-    }
-    return sum_m256(acc);
-}
-
-#elif HAVE_NEON
+#if HAVE_NEON
 // Q5_0's or Q5_1's 32 q (0..31) as bytes, values 0..15 in lo and 16..31 in
 // hi: the nibbles, and bit j of qh as 16 in byte j (each byte picks its qh
 // byte, then tests its own bit).
@@ -4162,80 +3924,11 @@ static float dot_iq4_nl(const void *row, const void *act, int n) { return dot_iq
    (sub-)block with SIMD, as for Q5_0/IQ4_NL and Q4_K above. The offsets of
    Q4_1 and Q5_1 come from Q8_1's s, the mins of Q5_K from Q8_K's group
    sums, as in the plain twins. Q4_1's and Q5_1's q are at most 31, so
-   dot_bytes takes them as they are; AVX2's Q5_K multiplies them by x with
-   maddubs as Q4_K does (at most 31 * 127 * 2 per int16). IQ4_XS's levels are
+   dot_bytes takes them as they are. IQ4_XS's levels are
    signed, so they go through dot_bytes, and each sub-block's sum is scaled
    by d * (ls - 32) in float, as in the plain twin. */
 
-#if HAVE_AVX2
-static float dot_q4_1(const void *row, const void *act, int n) {
-    const BlockQ4_1 *w = row;
-    const BlockQ8_1 *x = act;
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
-    for (int i = 0; i < n / 32; i++) {
-        __m256i sums = dot_bytes(nibble_bytes(w[i].qs), _mm256_loadu_si256((const __m256i *)x[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
-        offsets += f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
-    }
-    return sum_m256(acc) + offsets;
-}
-
-static float dot_q5_1(const void *row, const void *act, int n) {
-    const BlockQ5_1 *w = row;
-    const BlockQ8_1 *x = act;
-    __m256 acc = _mm256_setzero_ps();
-    float offsets = 0.0f;
-    for (int i = 0; i < n / 32; i++) {
-        __m256i sums = dot_bytes(q5_bytes(w[i].qs, w[i].qh), _mm256_loadu_si256((const __m256i *)x[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * f16_to_f32(x[i].d)), _mm256_cvtepi32_ps(sums), acc);
-        offsets += f16_to_f32(w[i].m) * f16_to_f32(x[i].s);
-    }
-    return sum_m256(acc) + offsets;
-}
-
-static float dot_q5_k(const void *row, const void *act, int n) {
-    const BlockQ5_K *w = row;
-    const BlockQ8_K *a = act;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8], m[8];
-        k4_scales_mins(w[i].scales, sc, m);
-        __m256i sumi = _mm256_setzero_si256(), hb = _mm256_loadu_si256((const __m256i *)w[i].qh);
-        for (int j = 0; j < 4; j++) { // 64 values: low nibbles with qh's bit 2j, high ones with bit 2j + 1
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
-                                         _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-            __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j)));
-            __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16((int16_t)sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16((int16_t)sc[2 * j + 1])));
-            hb = _mm256_srli_epi16(hb, 2); // the next two bits of each byte to bits 0 and 1
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(w[i].d) * a[i].d), _mm256_cvtepi32_ps(sumi), acc);
-        mins += f16_to_f32(w[i].dmin) * a[i].d * k4_min_sum(m, &a[i]);
-    }
-    return sum_m256(acc) - mins;
-}
-
-static float dot_iq4_xs(const void *row, const void *act, int n) {
-    const BlockIQ4_XS *w = row;
-    const BlockQ8_K *a = act;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++) {
-        float d = f16_to_f32(w[i].d) * a[i].d;
-        for (int j = 0; j < 8; j++) {
-            __m256i sums = dot_bytes(iq4_nl_bytes(w[i].qs + 16 * j), _mm256_loadu_si256((const __m256i *)(a[i].qs + 32 * j)));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (iq4_xs_scale(&w[i], j) - 32)), _mm256_cvtepi32_ps(sums), acc);
-        }
-    }
-    return sum_m256(acc);
-}
-
-#elif HAVE_NEON
+#if HAVE_NEON
 static float dot_q4_1(const void *row, const void *act, int n) {
     const BlockQ4_1 *w = row;
     const BlockQ8_1 *x = act;
@@ -6518,8 +6211,9 @@ static void matmul_rows(float *out, const float *x, int n, const Matrix *m, Matm
         act = mm->act;
     }
     float (*dot)(const void *, const void *, int) = use_plain_kernels ? tt->dot_plain : tt->dot;
-    // Prefill takes rows four at a time where the type can (x86-64-v3, tl1b,
-    // 2 threads: Q4_0 72.7 -> 82.7 tok/s, Q8_0 84.7 -> 95.1); generation
+    // Prefill takes rows four at a time where the type can (measured when
+    // AVX2 ran the row kernels, x86-64-v3, tl1b, 2 threads: Q4_0 72.7 ->
+    // 82.7 tok/s, Q8_0 84.7 -> 95.1); generation
     // one at a time: four rows read side by side, a block of each in turn,
     // went at half the speed (the hardware prefetchers lost the streams)
     int step = n > 1 && tt->dot4 && !use_plain_kernels ? 4 : 1, units = (m->rows + step - 1) / step, u;

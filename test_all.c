@@ -1544,11 +1544,11 @@ static Matrix random_matrix(uint64_t *rng, int type, int rows, int cols) {
     return (Matrix){.data = data, .type = type, .rows = rows, .cols = cols, .kernel = KERNEL_ROWS};
 }
 
-// The SIMD K-quant dots' helpers against the plain definitions: Q4_K/Q5_K
+// The NEON K-quant dots' helpers against the plain definitions: Q4_K/Q5_K
 // scales and mins unpacked four at a time == k4_scale_min for each j, and
 // the mins' sum over Q8_K's group sums, on random bytes and sums at the
 // extremes (+-127 * 16 per group).
-#if HAVE_AVX2 || HAVE_NEON // (the helpers exist only there)
+#if HAVE_NEON // (the helpers exist only there)
 static void test_k4_helpers(void) {
     uint64_t rng = 47;
     int bad = 0, trials = 20000;
@@ -2916,7 +2916,7 @@ static void kernel_tests(void) {
     test_quantize_q8_k();
     test_quantize_q8_0();
     test_dot4();
-#if HAVE_AVX2 || HAVE_NEON
+#if HAVE_NEON
     test_k4_helpers();
 #endif
     test_packed_kernels();
