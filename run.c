@@ -2118,10 +2118,10 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
    Capabilities: the SIMD instructions this build may use, from the
    compiler's target (make passes -march=native). Every SIMD region below
    tests these names and nothing else, and each has a portable fallback.
-     HAVE_AVX2         AVX2 + FMA + F16C (x86-64-v3): packed kernels of
-                       the 32-value types
+     HAVE_AVX2         AVX2 + FMA + F16C (x86-64-v3): the packed integer
+                       kernels, 8 rows a vector
      HAVE_AVX512       AVX-512 F, BW and VL, on top of AVX2
-     HAVE_AVX512_VNNI  AVX-512 VNNI: packed kernels of every type
+     HAVE_AVX512_VNNI  AVX-512 VNNI: the packed kernels, 16 rows a vector
      HAVE_AVX_VNNI     the 256-bit VNNI of AVX-VNNI (Alder Lake on)
      HAVE_AMX          AMX tiles with int8 products (and AVX-512 VBMI):
                        prefill of the K-quants, where Linux allows it
@@ -2424,10 +2424,11 @@ __attribute__((unused)) static void quantize_q8_0_plain(void *out, const float *
 // quantize_q8_0_plain's SIMD twin, the same bytes: -m quantize writes every
 // Q8_0 weight with it, and the row kernels (NEON) quantize x with it on one
 // thread before each product (the plain loop, its roundf and fmaxf calls,
-// took 7% of generation when AVX2 builds ran the row kernels, tl1b Q4_0). roundf rounds halves away from zero: NEON's
-// vrndaq does that; on AVX2, the value truncated, plus its sign where the
-// part cut off (exact in float) is at least a half. The saturating packs
-// are the clamp to -128..127. Both maxima skip a NaN, as fmaxf does.
+// took 7% of generation when AVX2 builds ran the row kernels, tl1b Q4_0).
+// roundf rounds halves away from zero: NEON's vrndaq does that; on AVX2,
+// the value truncated, plus its sign where the part cut off (exact in
+// float) is at least a half. The saturating packs are the clamp to
+// -128..127. Both maxima skip a NaN, as fmaxf does.
 #if HAVE_AVX2
 // The largest of the 8 lanes.
 static float max_m256(__m256 v) {
@@ -2513,14 +2514,8 @@ static void quantize_q4_0(void *out, const float *x, int n) {
     }
 }
 
-/* The fast Q8_0/Q4_0 dot products of the row kernels (NEON; x86 builds run
-   every quantized type through the packed kernels): the same integer sums
-   per block with SIMD, two float sums so that consecutive blocks do not
-   wait for each other (so the result differs from the plain twin only by
-   the order of the float additions). */
-
 #if HAVE_AVX2
-// The sum of the 8 lanes.
+// The sum of the 8 lanes (the F32 kernels).
 static float sum_m256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -2528,6 +2523,12 @@ static float sum_m256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 #endif
+
+/* The fast Q8_0/Q4_0 dot products of the row kernels (NEON; x86 builds run
+   every quantized type through the packed kernels): the same integer sums
+   per block with SIMD, two float sums so that consecutive blocks do not
+   wait for each other (so the result differs from the plain twin only by
+   the order of the float additions). */
 
 #if HAVE_NEON
 // The 32 products of signed bytes (w0 w1) and (x0 x1), summed into 4 int32
@@ -6182,9 +6183,9 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
       logits that are not finite. This is the only place that checks.
    2. Each matrix's kernel was chosen once, at load (choose_kernels), from
       the weight types' table and this build's capabilities:
-        KERNEL_PACKED  a type with a packed layout whose kernel this build
-                       has (packed_simd: AVX-512 VNNI, all; AVX2, the
-                       32-value types): repacked at
+        KERNEL_PACKED  a type with a packed layout, in builds with the
+                       packed integer kernels (packed_simd: AVX2 or
+                       AVX-512 VNNI, every quantized type): repacked at
                        load; matrices that share x (wq wk wv; w1 w3) run in
                        one parallel region with x quantized once (in
                        generation, once by each thread)
