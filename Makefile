@@ -203,10 +203,16 @@ V3_CFLAGS += -fopenmp
 endif
 
 SUITE_CFLAGS_v3 = $(V3_CFLAGS)
+# and again with AVX-VNNI (Intel from Alder Lake, AMD from Zen 5), whose
+# packed kernels multiply in int32 where plain AVX2 takes maddubs: run where
+# the CPU has it, else a line says that suite did not run
+SUITE_CFLAGS_v3vnni = $(V3_CFLAGS) -mavxvnni
 
 .PHONY: test-v3
-test-v3: build/v3/run build/v3/test_all
+test-v3: build/v3/run build/v3/test_all build/v3vnni/run build/v3vnni/test_all
 	cd build/v3 && OMP_WAIT_POLICY=passive ./test_all $(abspath $(SHARED))
+	@if grep -qw avx_vnni /proc/cpuinfo; then cd build/v3vnni && OMP_WAIT_POLICY=passive ./test_all $(abspath $(SHARED)); \
+	else echo "test-v3: NOT RUN: the AVX-VNNI suite (build/v3vnni): this CPU lacks AVX-VNNI"; fi
 
 # ---- ARM64: cross build, tested under emulation (README: ARM boards) ----
 # make CROSS=aarch64  (or make arm64) builds static run and test_all with

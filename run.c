@@ -5147,26 +5147,39 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
    32512, widened at once, and with nothing to subtract for the offset
    (128 * sum(q), the bias). So the same integers as the VNNI kernels and
    the plain twin, hence their bits. A 256-bit vector holds 8 rows of a
-   chunk: rows 8h..8h+7 are half h of each 64-byte chunk. */
+   chunk: rows 8h..8h+7 are half h of each 64-byte chunk. With AVX-VNNI
+   (Intel from Alder Lake, AMD from Zen 5) one instruction multiplies and
+   adds into int32, as the 512-bit VNNI kernels do: every type's stored
+   values as they are, no runs, no sign trick. */
 
 // Positions per prefill tile: their float sums for both halves, integer
 // sums and int16 runs, with the chunk and x, fill the 16 registers.
 #define PACKED_TOKENS 2
 
-// Q8_0 and IQ4_NL: the values multiplied signed (see above).
-static int packed_signed(int type) { return type == TYPE_Q8_0 || type == TYPE_IQ4_NL; }
+// Q8_0 and IQ4_NL without AVX-VNNI: the values multiplied signed (see above).
+static int packed_signed(int type) { return !HAVE_AVX_VNNI && (type == TYPE_Q8_0 || type == TYPE_IQ4_NL); }
 
+// The IQ4 grid for a byte shuffle, signed, or plus 128 (packed_offset) for AVX-VNNI.
+static inline __m256i iq4nl_table8(void) {
+    __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
+    return HAVE_AVX_VNNI ? _mm256_xor_si256(values, _mm256_set1_epi8((char)0x80)) : values;
+}
+
+#if !HAVE_AVX_VNNI
 // Chunks whose maddubs products are summed in int16 before madd (see above).
 static int int16_run(int type) {
     if (packed_signed(type)) return 1;
     return packed_fifth_bit(type) ? 4 : 8;
 }
+#endif
 
 // Chunk j (values 4j..4j+3) of a block's quants, rows 8h..8h+7: the stored
-// values (0..31), or for Q8_0 and IQ4_NL the signed ones.
+// values, or (packed_signed) the signed ones.
 static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigned char *quants, int j, int h, int type) {
-    if (type == TYPE_Q8_0)
-        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(quants + 64 * j + 32 * h)), _mm256_set1_epi8((char)0x80));
+    if (type == TYPE_Q8_0) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * j + 32 * h));
+        return packed_signed(type) ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
+    }
     __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * (j % 4) + 32 * h)); // values j < 4 low nibbles, else high
     if (j >= 4) v = _mm256_srli_epi16(v, 4);
     v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
@@ -5176,7 +5189,7 @@ static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigne
         if (j < 4) high = _mm256_slli_epi16(high, 4 - j);
         v = _mm256_or_si256(v, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
     }
-    if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)), v);
+    if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(iq4nl_table8(), v);
     return v;
 }
 
@@ -5184,17 +5197,26 @@ static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigne
 // x[t * stride] each position's block, less its bias: sum[t].
 static inline __attribute__((always_inline)) void packed_half_sums(__m256i *sum, const unsigned char *quants, int h, const ActBlock *x,
                                                                     size_t stride, int n_t, int type) {
-    int run = int16_run(type), is_signed = packed_signed(type);
+    int is_signed = packed_signed(type);
+#if !HAVE_AVX_VNNI
+    int run = int16_run(type);
     __m256i part[PACKED_TOKENS];
+#endif
     for (int t = 0; t < n_t; t++) sum[t] = _mm256_setzero_si256();
     for (int j = 0; j < 8; j++) {
-        __m256i w = packed_chunk8(quants, j, h, type), abs_w = is_signed ? _mm256_sign_epi8(w, w) : w; // -128 stays 0x80: 128 unsigned
+        __m256i w = packed_chunk8(quants, j, h, type);
+#if HAVE_AVX_VNNI
+        for (int t = 0; t < n_t; t++)
+            sum[t] = _mm256_dpbusd_avx_epi32(sum[t], w, _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * stride].q + 4 * j)));
+#else
+        __m256i abs_w = is_signed ? _mm256_sign_epi8(w, w) : w; // -128 stays 0x80: 128 unsigned
         for (int t = 0; t < n_t; t++) {
             __m256i xj = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * stride].q + 4 * j));
             __m256i products = _mm256_maddubs_epi16(abs_w, is_signed ? _mm256_sign_epi8(xj, w) : xj);
             part[t] = j % run ? _mm256_add_epi16(part[t], products) : products;
             if (j % run == run - 1) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(part[t], _mm256_set1_epi16(1)));
         }
+#endif
     }
     if (!is_signed)
         for (int t = 0; t < n_t; t++) sum[t] = _mm256_sub_epi32(sum[t], _mm256_set1_epi32(x[(size_t)t * stride].bias));
@@ -5844,7 +5866,10 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    16-bit madd per sub-block (xsum is at most 32 * 128), and sumi less
    offset times that is the plain twin's integer. IQ4_XS multiplies its
    table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
-   do (at most 2 * 127 * 127 a pair). */
+   do (at most 2 * 127 * 127 a pair). AVX-VNNI builds too: with VNNI
+   steps (each sub-block's sum in int32, times the scale with a 32-bit
+   multiply) prefill went 14-34% faster, but Q6_K's generation 12% slower
+   at fast memory (55 against 63 tok/s, tl1b, 2 threads, Zen 5). */
 
 // Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
 // values add up to the bits), by |x| <= 127, two to an int16.
@@ -7780,7 +7805,7 @@ static float fma_chains(long iters, float seed) {
 }
 
 #elif HAVE_AVX2
-#define SIMD_NAME "AVX2"
+#define SIMD_NAME (HAVE_AVX_VNNI ? "AVX2 and AVX-VNNI" : "AVX2")
 #define SIMD_FLOATS 8
 static float fma_chains(long iters, float seed) {
     __m256 a[FMA_CHAINS], m = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(seed);

@@ -2110,7 +2110,8 @@ static const char *packed_simd_name(int type) {
     if (type_traits[type].act_type == TYPE_Q8_K && amx_ready()) return "AVX-512 VNNI and AMX (16 positions) == plain bit for bit";
 #endif
     if (!packed_simd(type)) return "no SIMD kernel in this build (plain only)";
-    return HAVE_AVX512_VNNI ? "AVX-512 VNNI == plain bit for bit" : "AVX2 == plain bit for bit";
+    if (HAVE_AVX512_VNNI) return "AVX-512 VNNI == plain bit for bit";
+    return HAVE_AVX_VNNI ? "AVX2 and AVX-VNNI == plain bit for bit" : "AVX2 == plain bit for bit";
 }
 
 // Positions: one (generation), tiles of 8 with and without leftovers. The
