@@ -5136,8 +5136,8 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 
 #elif HAVE_AVX2
 
-/* The packed 32-value types on AVX2, which has no VNNI. maddubs multiplies
-   unsigned bytes (the weights) by signed ones (x) and adds neighbouring
+/* The packed 32-value types on AVX2, without AVX-512's VNNI. maddubs
+   multiplies unsigned bytes (the weights) by signed ones (x) and adds neighbouring
    products into int16, saturating; madd then adds pairs of those into
    int32. So that no int16 saturates, the types stored as 4 or 5 bits sum
    a run of chunks in int16 before widening: 8 chunks of values up to 15
