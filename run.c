@@ -5159,10 +5159,19 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 // Q8_0 and IQ4_NL without AVX-VNNI: the values multiplied signed (see above).
 static int packed_signed(int type) { return !HAVE_AVX_VNNI && (type == TYPE_Q8_0 || type == TYPE_IQ4_NL); }
 
-// The IQ4 grid for a byte shuffle, signed, or plus 128 (packed_offset) for AVX-VNNI.
+// The IQ4 grid in each 16-byte lane, for a byte shuffle by index: signed
+// (IQ4_XS, and IQ4_NL without AVX-VNNI), or plus 128 (packed_offset).
+static inline __m256i iq4nl_signed8(void) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)); }
 static inline __m256i iq4nl_table8(void) {
-    __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
-    return HAVE_AVX_VNNI ? _mm256_xor_si256(values, _mm256_set1_epi8((char)0x80)) : values;
+    return HAVE_AVX_VNNI ? _mm256_xor_si256(iq4nl_signed8(), _mm256_set1_epi8((char)0x80)) : iq4nl_signed8();
+}
+
+// Bits `from`.. of each byte of v, moved to bits `to`.. and masked to
+// `mask`: the 512-bit kernels' move_bits on 256 bits.
+static inline __m256i move_bits_256(__m256i v, int from, int to, int mask) {
+    if (to > from) v = _mm256_slli_epi16(v, to - from);
+    if (from > to) v = _mm256_srli_epi16(v, from - to);
+    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
 }
 
 #if !HAVE_AVX_VNNI
@@ -5181,14 +5190,9 @@ static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigne
         return packed_signed(type) ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
     }
     __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * (j % 4) + 32 * h)); // values j < 4 low nibbles, else high
-    if (j >= 4) v = _mm256_srli_epi16(v, 4);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-    if (packed_fifth_bit(type)) { // bit j of each byte to bit 4
-        __m256i high = _mm256_loadu_si256((const __m256i *)(quants + 256 + 32 * h));
-        if (j > 4) high = _mm256_srli_epi16(high, j - 4);
-        if (j < 4) high = _mm256_slli_epi16(high, 4 - j);
-        v = _mm256_or_si256(v, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
-    }
+    v = move_bits_256(v, j < 4 ? 0 : 4, 0, 0x0F);
+    if (packed_fifth_bit(type)) // bit j of each byte to bit 4
+        v = _mm256_or_si256(v, move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 256 + 32 * h)), j, 4, 0x10));
     if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(iq4nl_table8(), v);
     return v;
 }
@@ -5261,23 +5265,17 @@ static inline __attribute__((always_inline)) void packed_tile_as(float *out, siz
     }
 }
 
-// packed_tile_as compiled for each type and tile (constants once inlined).
-static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n_t, int n_rows) {
-    if (n_t == PACKED_TOKENS) switch (m->type) {
-        case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q8_0, 0); return;
-        case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q4_0, 0); return;
-        case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q4_1, 1); return;
-        case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q5_0, 0); return;
-        case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_Q5_1, 1); return;
-        default: packed_tile_as(out, out_stride, m, g, x, PACKED_TOKENS, n_rows, TYPE_IQ4_NL, 0); return;
-        }
+// packed_tile_as compiled for each type (a constant once inlined), for
+// the tile size n_t its callers pass as a constant.
+static inline __attribute__((always_inline)) void packed_tile(float *out, size_t out_stride, const Matrix *m, int g,
+                                                               const ActBlock *x, int n_t, int n_rows) {
     switch (m->type) {
-    case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q8_0, 0); return;
-    case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q4_0, 0); return;
-    case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q4_1, 1); return;
-    case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q5_0, 0); return;
-    case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_Q5_1, 1); return;
-    default: packed_tile_as(out, out_stride, m, g, x, 1, n_rows, TYPE_IQ4_NL, 0); return;
+    case TYPE_Q8_0: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q8_0, 0); return;
+    case TYPE_Q4_0: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q4_0, 0); return;
+    case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q4_1, 1); return;
+    case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q5_0, 0); return;
+    case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q5_1, 1); return;
+    default: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_IQ4_NL, 0); return;
     }
 }
 
@@ -5881,13 +5879,6 @@ static int k_int16_run(PackedK f) {
     return run;
 }
 
-// move_bits on 256 bits.
-static inline __m256i move_bits_256(__m256i v, int from, int to, int mask) {
-    if (to > from) v = _mm256_slli_epi16(v, to - from);
-    if (from > to) v = _mm256_srli_epi16(v, from - to);
-    return _mm256_and_si256(v, _mm256_set1_epi8((char)mask));
-}
-
 // Chunk c of a super-block's quants, rows 8h..8h+7: q as unsigned bytes
 // (IQ4_XS: its table's signed values).
 static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsigned char *quants, int c, int h, PackedK f) {
@@ -5906,7 +5897,7 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
         __m256i v = _mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 1) + 64 * (c % 8) + 32 * h));
         q = _mm256_or_si256(q, move_bits_256(v, c / 8, bits, 1 << bits));
     }
-    if (f.lookup) q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)), q);
+    if (f.lookup) q = _mm256_shuffle_epi8(iq4nl_signed8(), q);
     return q;
 }
 
