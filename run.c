@@ -5901,51 +5901,63 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
     return q;
 }
 
-// sumi[t] and summ[t] of one super-block (quants, meta), rows 8h..8h+7,
-// for the n_t positions x[t * x_stride].
-static inline __attribute__((always_inline)) void packed_k_half_sums(__m256i *sumi, __m256i *summ, const unsigned char *quants,
-                                                                      const unsigned char *meta, int h, const BlockQ8_K *x,
-                                                                      size_t x_stride, int n_t, PackedK f) {
+// sumi[h][t] and summ[h][t] of one super-block (quants, meta), rows
+// 8h..8h+7 for the n_h halves h0.., for the n_t positions x[t * x_stride].
+// Each sub-block's scales are unpacked once for the halves taken together.
+static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][PACKED_TOKENS], __m256i summ[2][PACKED_TOKENS],
+                                                                 const unsigned char *quants, const unsigned char *meta, int h0, int n_h,
+                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, PackedK f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
-    __m256i part[PACKED_TOKENS], extra[PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
-    for (int t = 0; t < n_t; t++) sumi[t] = extra[t] = _mm256_setzero_si256();
+    __m256i part[2][PACKED_TOKENS], extra[2][PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
+    for (int h = h0; h < h0 + n_h; h++)
+        for (int t = 0; t < n_t; t++) sumi[h][t] = extra[h][t] = _mm256_setzero_si256();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
-        __m128i sc_bytes, m_bytes;
+        __m128i sc_bytes, m_bytes; // the 16 rows'
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
-        if (h) sc_bytes = _mm_srli_si128(sc_bytes, 8), m_bytes = _mm_srli_si128(m_bytes, 8);
-        __m256i sc_pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc_bytes, sc_bytes)); // row r's scale at int16 2r and 2r+1
-        __m256i coef = f.mins ? _mm256_cvtepu8_epi32(m_bytes) // the low half of each lane, the high half zero
-                              : _mm256_and_si256(_mm256_cvtepi8_epi32(sc_bytes), _mm256_set1_epi32(0xFFFF));
+        __m256i sc_pairs[2]; // row 8h + r's scale at int16 2r and 2r+1
+        for (int h = h0; h < h0 + n_h; h++) {
+            __m128i sc_half = h ? _mm_srli_si128(sc_bytes, 8) : sc_bytes;
+            sc_pairs[h] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc_half, sc_half));
+        }
         #pragma GCC unroll 8
-        for (int i = 0; i < n_chunks; i++) {
-            __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h, f), abs_w = f.lookup ? _mm256_sign_epi8(w, w) : w;
+        for (int i = 0; i < n_chunks; i++)
+            for (int h = h0; h < h0 + n_h; h++) {
+                __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h, f), abs_w = f.lookup ? _mm256_sign_epi8(w, w) : w;
+                for (int t = 0; t < n_t; t++) {
+                    __m256i xi = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i));
+                    __m256i products = _mm256_maddubs_epi16(abs_w, f.lookup ? _mm256_sign_epi8(xi, w) : xi);
+                    part[h][t] = i % run ? _mm256_add_epi16(part[h][t], products) : products;
+                    if (i % run == run - 1) sumi[h][t] = _mm256_add_epi32(sumi[h][t], _mm256_madd_epi16(part[h][t], sc_pairs[h]));
+                }
+            }
+        for (int h = h0; (offset || f.mins) && h < h0 + n_h; h++) {
+            __m128i coef_bytes = f.mins ? m_bytes : sc_bytes;
+            if (h) coef_bytes = _mm_srli_si128(coef_bytes, 8);
+            __m256i coef = f.mins ? _mm256_cvtepu8_epi32(coef_bytes) // the low half of each lane, the high half zero
+                                  : _mm256_and_si256(_mm256_cvtepi8_epi32(coef_bytes), _mm256_set1_epi32(0xFFFF));
             for (int t = 0; t < n_t; t++) {
-                __m256i xi = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i));
-                __m256i products = _mm256_maddubs_epi16(abs_w, f.lookup ? _mm256_sign_epi8(xi, w) : xi);
-                part[t] = i % run ? _mm256_add_epi16(part[t], products) : products;
-                if (i % run == run - 1) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(part[t], sc_pairs));
+                const BlockQ8_K *xt = x + (size_t)t * x_stride;
+                int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
+                extra[h][t] = _mm256_add_epi32(extra[h][t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
             }
         }
-        for (int t = 0; (offset || f.mins) && t < n_t; t++) {
-            const BlockQ8_K *xt = x + (size_t)t * x_stride;
-            int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
-            extra[t] = _mm256_add_epi32(extra[t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
+    }
+    for (int h = h0; h < h0 + n_h; h++)
+        for (int t = 0; t < n_t; t++) {
+            if (offset) sumi[h][t] = _mm256_sub_epi32(sumi[h][t], _mm256_mullo_epi32(extra[h][t], _mm256_set1_epi32(offset)));
+            summ[h][t] = extra[h][t];
         }
-    }
-    for (int t = 0; t < n_t; t++) {
-        if (offset) sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_mullo_epi32(extra[t], _mm256_set1_epi32(offset)));
-        summ[t] = extra[t];
-    }
 }
 
 // n_t (1 or PACKED_TOKENS) positions x[t * col_blocks ..] against group
-// g's rows: out[t * out_stride + r] for r < n_rows. Block by block, both
-// halves, so the weights are read once, in order (one position: a block's
-// lines ahead asked for in one burst, as the VNNI kernels do).
+// g's rows: out[t * out_stride + r] for r < n_rows. Block by block, so the
+// weights are read once, in order (one position: a block's lines ahead
+// asked for in one burst, as the VNNI kernels do). One position takes
+// both halves in one pass; a tile's sums fill the registers with one.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
                                                                  const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
-    int n_blocks = col_blocks(m), lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1));
+    int n_blocks = col_blocks(m), lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)), n_h = n_t == 1 ? 2 : 1;
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
@@ -5954,15 +5966,17 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks + b);
         for (int l = 0; n_t == 1 && quants + prefetch_far_bytes < end && l < lines; l++) prefetch_line(quants + 64 * l);
-        for (int h = 0; h < 2; h++) {
-            __m256i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
-            packed_k_half_sums(sumi, summ, quants, meta, h, x + b, (size_t)n_blocks, n_t, f);
-            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
-            __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
-            for (int t = 0; t < n_t; t++) {
-                __m256 xd = _mm256_set1_ps(x[(size_t)t * n_blocks + b].d);
-                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(d, xd), acc[h][t]);
-                if (f.mins) acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dmin, xd), acc[h][t]);
+        for (int h0 = 0; h0 < 2; h0 += n_h) {
+            __m256i sumi[2][PACKED_TOKENS], summ[2][PACKED_TOKENS];
+            packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, f);
+            for (int h = h0; h < h0 + n_h; h++) {
+                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+                __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
+                for (int t = 0; t < n_t; t++) {
+                    __m256 xd = _mm256_set1_ps(x[(size_t)t * n_blocks + b].d);
+                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h][t]), _mm256_mul_ps(d, xd), acc[h][t]);
+                    if (f.mins) acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[h][t]), _mm256_mul_ps(dmin, xd), acc[h][t]);
+                }
             }
         }
     }
