@@ -16,10 +16,10 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --llama2c FILE a llama2.c checkpoint, version 0, 1 or 2 (Q8_0, dequantized).
   --seq-len N    cap the context length stored in the header.
   --dtype T      weight type of the matrices: f32 (default), f16, q8_0, q4_0,
-                 q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, or one of
-                 llama-quantize's mixes
-                 q4_k_m, q5_k_m, q4_k_s, q5_k_s (written as run.c format
-                 version 2): GGUF's blocks,
+                 q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl,
+                 iq4_xs, or one of llama-quantize's mixes q2_k_mix (its
+                 Q2_K), q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s,
+                 q5_k_m (written as run.c format version 2): GGUF's blocks,
                  rounded as run.c and llama-quantize round, byte for byte as
                  ./run -m quantize writes them; norms stay f32.
   --gguf         with --hf: write GGUF whatever the model.
@@ -78,11 +78,13 @@ LLAMA2C_MAGIC = 0x616B3432  # "ak42"
 
 # Output weight types: --dtype name -> GGML type id in the header (None: a mix,
 # whose matrices each have their own type).
-WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q4_k": 12, "q5_k": 13, "q6_k": 14,
-                "iq4_nl": 20, "iq4_xs": 23,
+WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q2_k": 10, "q3_k": 11,
+                "q4_k": 12, "q5_k": 13, "q6_k": 14, "iq4_nl": 20, "iq4_xs": 23,
+                "q2_k_mix": None, "q3_k_s": None, "q3_k_m": None, "q3_k_l": None,
                 "q4_k_m": None, "q5_k_m": None, "q4_k_s": None, "q5_k_s": None}
 # The mixes (llama-quantize's, as run.c's matrix_dtype): --dtype -> base type.
-MIXES = {"q4_k_m": "q4_k", "q5_k_m": "q5_k", "q4_k_s": "q4_k", "q5_k_s": "q5_k"}
+MIXES = {"q2_k_mix": "q2_k", "q3_k_s": "q3_k", "q3_k_m": "q3_k", "q3_k_l": "q3_k",
+         "q4_k_m": "q4_k", "q5_k_m": "q5_k", "q4_k_s": "q4_k", "q5_k_s": "q5_k"}
 QK = 32  # values per Q8_0 / Q4_0 block
 
 # The largest sizes run.c accepts (run.c's MAX_* limits).
@@ -215,7 +217,7 @@ def encode_tensor(array, kind, dtype):
     if dtype == "f16":
         return np.ascontiguousarray(array, dtype="<f2").ravel().data
     x = np.asarray(array, dtype=np.float32)
-    quantizers = {"q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0,
+    quantizers = {"q2_k": quantize_q2_k, "q3_k": quantize_q3_k, "q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0,
                   "q5_1": quantize_q5_1, "q4_1": quantize_q4_1, "iq4_nl": quantize_iq4_nl, "iq4_xs": quantize_iq4_xs}
     if dtype in quantizers:  # rows padded with zeros to whole blocks, as run.c pads
         block = QK if dtype in ("q5_0", "q5_1", "q4_1", "iq4_nl") else QK_K
@@ -264,9 +266,9 @@ def write_runc(out_path, source, dtype, inputs):
 
 
 # ---------------------------------------------------------------------------
-# K-quants (Q4_K, Q6_K) and the Q4_K_M mix, rounded exactly as run.c's
-# quantize_q4_k / quantize_q6_k (and llama-quantize without an importance
-# matrix). Every float operation is a float32 one in C's order: sums run
+# K-quants (Q2_K to Q6_K), the 32-value types and IQ4, and the mixes,
+# rounded exactly as run.c's quantize_* (and llama-quantize without an
+# importance matrix). Every float operation is a float32 one in C's order: sums run
 # over the values one at a time (vectorized across sub-blocks only), and
 # a * b + c is rounded twice, as C without FP contraction does.
 
@@ -293,8 +295,9 @@ def first_largest(x):
     return v, np.abs(v)
 
 
-def fit_scale_min(x, w, nmax, rmin, rdelta, nstep):
-    """run.c's fit_scale_min (least squares, no MAD) for rows of x: (scale, min, L)."""
+def fit_scale_min(x, w, nmax, rmin, rdelta, nstep, use_mad=False):
+    """run.c's fit_scale_min for rows of x: (scale, min, L); the weighted
+    error is the absolute one with use_mad, else the squared one."""
     n = x.shape[1]
     mn, mx, sum_w = x[:, 0].copy(), x[:, 0].copy(), w[:, 0].copy()
     sum_x = (sum_w * x[:, 0]).astype(F32)
@@ -313,7 +316,7 @@ def fit_scale_min(x, w, nmax, rmin, rdelta, nstep):
         best = np.zeros(len(x), dtype=F32)
         for i in range(n):
             diff = scale * L[:, i].astype(F32) + mn - x[:, i]
-            best = best + w[:, i] * (diff * diff)
+            best = best + w[:, i] * (np.abs(diff) if use_mad else diff * diff)
         for step in range(nstep + 1):
             # min (and so the range) is the best fit's so far, as in C
             iscale = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - mn)).astype(F32)
@@ -334,7 +337,7 @@ def fit_scale_min(x, w, nmax, rmin, rdelta, nstep):
             err = np.zeros(len(x), dtype=F32)
             for i in range(n):
                 diff = this_scale * trial[:, i].astype(F32) + this_min - x[:, i]
-                err = err + w[:, i] * (diff * diff)
+                err = err + w[:, i] * (np.abs(diff) if use_mad else diff * diff)
             take = (det > 0) & (err < best)
             L = np.where(take[:, None], trial, L)
             best = np.where(take, err, best)
@@ -388,6 +391,109 @@ def k4_blocks(x, nmax, rmin, nstep):
             new = np.clip(nearest_int((xb[:, j] + dm[:, None]) / dj[:, None]), 0, nmax)
             L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
     return d, dmin, packed, L
+
+
+def pack_2bit(L):
+    """run.c's pack_2bit: (nb, 256) levels -> (nb, 64) bytes, value 128 h + 32 s + l
+    in bits 2 s of byte 32 h + l."""
+    L = (L.reshape(len(L), 2, 4, 32) & 3).astype(np.uint8)
+    return (L[:, :, 0] | L[:, :, 1] << 2 | L[:, :, 2] << 4 | L[:, :, 3] << 6).reshape(len(L), 64)
+
+
+def quantize_q2_k(x):
+    """Rows of whole super-blocks -> Q2_K blocks (bytes), as run.c's quantize_q2_k:
+    sub-blocks of 16 fitted with scale and min (weights |x|, least absolute
+    error), both kept to 4 bits against d = max scale / 15, dmin = max min / 15."""
+    nb = x.shape[0] * x.shape[1] // QK_K
+    sub = x.reshape(nb * 16, 16)
+    scales, mins, L = fit_scale_min(sub, np.abs(sub), 3, -0.5, 0.1, 15, use_mad=True)
+    scales, mins, L = scales.reshape(nb, 16), mins.reshape(nb, 16), L.reshape(nb, 16, 16)
+    max_scale = np.maximum(scales.max(axis=1), F32(0))
+    max_min = np.maximum(mins.max(axis=1), F32(0))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv_scale = np.where(max_scale > 0, F32(15) / max_scale, F32(0)).astype(F32)
+        inv_min = np.where(max_min > 0, F32(15) / max_min, F32(0)).astype(F32)
+        # C: (uint8_t)nearest_int(..), and the min's (unsigned) << 4 cast to a byte
+        sc = np.where((max_scale > 0)[:, None], nearest_int(inv_scale[:, None] * scales) & 0xFF, 0)
+        sc |= np.where((max_min > 0)[:, None], (nearest_int(inv_min[:, None] * mins) << 4) & 0xFF, 0)
+        d = np.where(max_scale > 0, max_scale / F32(15), F32(0)).astype(np.float16)
+        dmin = np.where(max_min > 0, max_min / F32(15), F32(0)).astype(np.float16)
+        xb = x.reshape(nb, 16, 16)
+        for j in range(16):
+            dj = (d.astype(F32) * (sc[:, j] & 0xF).astype(F32)).astype(F32)
+            dm = (dmin.astype(F32) * (sc[:, j] >> 4).astype(F32)).astype(F32)
+            new = np.clip(nearest_int((xb[:, j] + dm[:, None]) / dj[:, None]), 0, 3)
+            L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
+    blocks = np.empty(nb, dtype=[("scales", "u1", 16), ("qs", "u1", 64), ("d", "<f2"), ("dmin", "<f2")])
+    blocks["scales"], blocks["qs"] = sc.astype(np.uint8), pack_2bit(L.reshape(nb, QK_K))
+    blocks["d"], blocks["dmin"] = d, dmin
+    return blocks.tobytes()
+
+
+def fit_scale_q3(x, nmax):
+    """run.c's fit_scale_q3 (ggml's make_q3_quants with do_rmse) for rows of x:
+    (scale, L in 0..2 nmax - 1; rows below GROUP_MAX_EPS: 0 and L 0). Every
+    row takes all five passes: a pass that changes nothing leaves the next
+    one nothing to change, so this is C's early stop."""
+    n = x.shape[1]
+    mx, amax = first_largest(x)
+    zero = amax < GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        L = np.clip(nearest_int((F32(-nmax) / mx).astype(F32)[:, None] * x), -nmax, nmax - 1)
+        sum_lx = np.zeros(len(x), dtype=F32)
+        sum_l2 = sum_lx.copy()
+        for i in range(n):
+            w, lf = x[:, i] * x[:, i], L[:, i].astype(F32)
+            sum_lx = sum_lx + w * x[:, i] * lf
+            sum_l2 = sum_l2 + w * lf * lf
+        for _ in range(5):
+            for i in range(n):
+                w, lf = x[:, i] * x[:, i], L[:, i].astype(F32)
+                slx = sum_lx - w * x[:, i] * lf
+                sl2 = sum_l2 - w * lf * lf
+                l = np.clip(nearest_int(x[:, i] * sl2 / slx), -nmax, nmax - 1)
+                lf = l.astype(F32)
+                new_lx = slx + w * x[:, i] * lf
+                new_l2 = sl2 + w * lf * lf
+                take = ((slx > 0) & (l != L[:, i]) & (new_l2 > 0)
+                        & (new_lx * new_lx * sum_l2 > sum_lx * sum_lx * new_l2))
+                L[:, i] = np.where(take, l, L[:, i])
+                sum_lx = np.where(take, new_lx, sum_lx).astype(F32)
+                sum_l2 = np.where(take, new_l2, sum_l2).astype(F32)
+        scale = (sum_lx / sum_l2).astype(F32)
+    return np.where(zero, F32(0), scale).astype(F32), np.where(zero[:, None], 0, L + nmax)
+
+
+def quantize_q3_k(x):
+    """Rows of whole super-blocks -> Q3_K blocks (bytes), as run.c's quantize_q3_k:
+    sub-blocks of 16 fitted by fit_scale_q3, their scales kept to 6 bits
+    (-32..31) against d = -(the scale of largest magnitude) / 32."""
+    nb = x.shape[0] * x.shape[1] // QK_K
+    scales, L = fit_scale_q3(x.reshape(nb * 16, 16), 4)
+    scales, L = scales.reshape(nb, 16), L.reshape(nb, 16, 16)
+    max_scale, _ = first_largest(scales)
+    some = max_scale != 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = (F32(-32) / max_scale).astype(F32)
+        # C: clamp_int((int8_t)nearest_int(..), -32, 31) + 32; 0 where every scale is 0
+        sc = np.where(some[:, None], np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + 32, 0)
+        sc = sc.astype(np.int32)
+        d = np.where(some, F32(1) / iscale, F32(0)).astype(np.float16)
+        xb = x.reshape(nb, 16, 16)
+        for j in range(16):
+            dj = (d.astype(F32) * (sc[:, j] - 32).astype(F32)).astype(F32)
+            new = np.clip(nearest_int(xb[:, j] / dj[:, None]), -4, 3) + 4
+            L[:, j] = np.where((dj != 0)[:, None], new, L[:, j])
+    packed = np.zeros((nb, 12), dtype=np.uint8)
+    for j in range(16):
+        packed[:, j % 8] |= ((sc[:, j] & 0xF) << (0 if j < 8 else 4)).astype(np.uint8)
+        packed[:, 8 + j % 4] |= ((sc[:, j] >> 4) << (2 * (j // 4))).astype(np.uint8)
+    L = L.reshape(nb, QK_K)
+    high = (L > 3).reshape(nb, 8, 32).astype(np.uint8)  # bit k // 32 of hmask[k % 32]
+    blocks = np.empty(nb, dtype=[("hmask", "u1", 32), ("qs", "u1", 64), ("scales", "u1", 12), ("d", "<f2")])
+    blocks["hmask"] = (high << np.arange(8, dtype=np.uint8)[None, :, None]).sum(axis=1, dtype=np.uint8)
+    blocks["qs"], blocks["scales"], blocks["d"] = pack_2bit(L), packed, d
+    return blocks.tobytes()
 
 
 def quantize_q4_k(x):
@@ -624,23 +730,35 @@ def mix_type(c, mix, kind, layer, row_len):
     rules, README): the classifier Q6_K; attn_v (wv) and ffn_down (w2) by
     layer; rows that are not whole super-blocks fall back."""
     t = MIXES[mix]
+    n = c.n_layers
     many = mix in ("q4_k_m", "q5_k_m")
     if kind == "wcls" or (kind == "token_embedding" and c.shared_classifier):
         t = "q6_k"
     elif kind == "wv":
-        if mix == "q4_k_s" and layer < 4:
+        if mix == "q2_k_mix":
+            t = "q4_k" if c.n_heads // c.n_kv_heads >= 4 else "q3_k"
+        if mix == "q3_k_m":
+            t = "q5_k" if layer < 2 else "q4_k"
+        if mix == "q3_k_l" or (mix == "q4_k_s" and layer < 4):
             t = "q5_k"
-        if many and use_more_bits(layer, c.n_layers):
+        if many and use_more_bits(layer, n):
             t = "q6_k"
-        if c.n_layers == 80 and c.n_heads != c.n_kv_heads and t == "q4_k":  # 70B
+        if n == 80 and c.n_heads != c.n_kv_heads and t in ("q3_k", "q4_k"):  # 70B
             t = "q5_k"
+    elif kind == "wo":
+        t = {"q2_k_mix": "q3_k", "q3_k_m": "q4_k", "q3_k_l": "q5_k"}.get(mix, t)
     elif kind == "w2":
-        if mix == "q4_k_s" and layer < c.n_layers // 8:
+        if mix == "q2_k_mix":
+            t = "q3_k"
+        if mix == "q3_k_m":
+            t = "q5_k" if layer < n // 16 else "q4_k"
+        if mix == "q3_k_l" or (mix == "q4_k_s" and layer < n // 8):
             t = "q5_k"
-        if many and use_more_bits(layer, c.n_layers):
+        if many and use_more_bits(layer, n):
             t = "q6_k"
     if row_len % QK_K:
-        t = "f16" if row_len % QK else {"q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}[t]
+        fallback = {"q2_k": "iq4_nl", "q3_k": "iq4_nl", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+        t = "f16" if row_len % QK else fallback[t]
     return t
 
 

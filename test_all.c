@@ -6790,12 +6790,13 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
     cli_free(&again);
 }
 
-// export.py --dtype f16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|iq4_nl|iq4_xs and the mixes
-// q4_k_m|q5_k_m|q4_k_s|q5_k_s round exactly as ./run -m quantize does (which
-// the kernel tests hold to llama-quantize's bytes): the files match.
+// export.py --dtype, every type and mix of ./run -m quantize, rounds exactly
+// as ./run does (which the kernel tests hold to llama-quantize's bytes): the
+// files match.
 static void test_export_dtypes(const char *label, const char *v0_path) {
-    static const char *const dtypes[] = {"f16",  "q8_0",   "q4_0",   "q4_1",   "q5_0",   "q5_1",   "q4_k", "q5_k",
-                                         "q6_k", "iq4_nl", "iq4_xs", "q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s"};
+    static const char *const dtypes[] = {"f16",    "q8_0",   "q4_0",   "q4_1",   "q5_0",     "q5_1",   "q2_k",
+                                         "q3_k",   "q4_k",   "q5_k",   "q6_k",   "iq4_nl",   "iq4_xs", "q2_k_mix",
+                                         "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k_m",   "q4_k_s", "q5_k_s"};
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
         char name[160], py_out[PATH_SIZE], c_out[PATH_SIZE], status[64], err[256];
         format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtypes[i], label);
