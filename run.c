@@ -5864,10 +5864,11 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    16-bit madd per sub-block (xsum is at most 32 * 128), and sumi less
    offset times that is the plain twin's integer. IQ4_XS multiplies its
    table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
-   do (at most 2 * 127 * 127 a pair). AVX-VNNI builds too: with VNNI
-   steps (each sub-block's sum in int32, times the scale with a 32-bit
-   multiply) prefill went 14-34% faster, but Q6_K's generation 12% slower
-   at fast memory (55 against 63 tok/s, tl1b, 2 threads, Zen 5). */
+   do (at most 2 * 127 * 127 a pair). AVX-VNNI builds take VNNI steps in
+   prefill tiles only (packed_k_sums_vnni: each sub-block's sum in int32,
+   times the scale with a 32-bit multiply): prefill 14-34% faster, where
+   generation the same way was 12% slower at fast memory (Q6_K, 55 against
+   63 tok/s, tl1b, 2 threads, Zen 5). */
 
 // Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
 // values add up to the bits), by |x| <= 127, two to an int16.
@@ -5901,6 +5902,59 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
     return q;
 }
 
+// extra[t] += the rows' coefficient times x's sum over sub-block j, for
+// the n_t positions x[t * x_stride]: sc_j (types with an offset) or m_j
+// (types with mins), from the bytes of rows 8h..8h+7 (sc, m as
+// packed_k_scales gives them, shifted to that half). One exact 16-bit madd:
+// xsum is at most 32 * 128.
+static inline __attribute__((always_inline)) void packed_k_add_extra(__m256i *extra, __m128i sc, __m128i m, const BlockQ8_K *x,
+                                                                      size_t x_stride, int n_t, int j, PackedK f) {
+    int len = QK_K / f.n_subs;
+    __m256i coef = f.mins ? _mm256_cvtepu8_epi32(m) // the low half of each lane, the high half zero
+                          : _mm256_and_si256(_mm256_cvtepi8_epi32(sc), _mm256_set1_epi32(0xFFFF));
+    for (int t = 0; t < n_t; t++) {
+        const BlockQ8_K *xt = x + (size_t)t * x_stride;
+        int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
+        extra[t] = _mm256_add_epi32(extra[t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
+    }
+}
+
+#if HAVE_AVX_VNNI
+// packed_k_sums for a prefill tile (PACKED_TOKENS positions), one half h,
+// with AVX-VNNI: each sub-block's products add up in int32 (vpdpbusd,
+// unsigned q by signed x), then times the rows' scales. IQ4_XS takes its
+// table plus 128, an offset like the other types'.
+static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *sumi, __m256i *summ, const unsigned char *quants,
+                                                                      const unsigned char *meta, int h, const BlockQ8_K *x,
+                                                                      size_t x_stride, PackedK f) {
+    int len = QK_K / f.n_subs, n_chunks = len / 4;
+    __m256i extra[PACKED_TOKENS]; // sum of sc_j (or m_j) * xsum_j
+    for (int t = 0; t < PACKED_TOKENS; t++) sumi[t] = extra[t] = _mm256_setzero_si256();
+    #pragma GCC unroll 16
+    for (int j = 0; j < f.n_subs; j++) {
+        __m128i sc_bytes, m_bytes;
+        packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
+        if (h) sc_bytes = _mm_srli_si128(sc_bytes, 8), m_bytes = _mm_srli_si128(m_bytes, 8);
+        __m256i sub[PACKED_TOKENS];
+        for (int t = 0; t < PACKED_TOKENS; t++) sub[t] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int i = 0; i < n_chunks; i++) {
+            __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h, f);
+            if (f.lookup) w = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80));
+            for (int t = 0; t < PACKED_TOKENS; t++)
+                sub[t] = _mm256_dpbusd_avx_epi32(sub[t], w, _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i)));
+        }
+        __m256i sc = _mm256_cvtepi8_epi32(sc_bytes);
+        for (int t = 0; t < PACKED_TOKENS; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(sub[t], sc));
+        if (f.offset || f.mins) packed_k_add_extra(extra, sc_bytes, m_bytes, x, x_stride, PACKED_TOKENS, j, f);
+    }
+    for (int t = 0; t < PACKED_TOKENS; t++) {
+        if (f.offset) sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_mullo_epi32(extra[t], _mm256_set1_epi32(f.offset)));
+        summ[t] = extra[t];
+    }
+}
+#endif
+
 // sumi[h][t] and summ[h][t] of one super-block (quants, meta), rows
 // 8h..8h+7 for the n_h halves h0.., for the n_t positions x[t * x_stride].
 // Each sub-block's scales are unpacked once for the halves taken together.
@@ -5931,17 +5985,9 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
                     if (i % run == run - 1) sumi[h][t] = _mm256_add_epi32(sumi[h][t], _mm256_madd_epi16(part[h][t], sc_pairs[h]));
                 }
             }
-        for (int h = h0; (offset || f.mins) && h < h0 + n_h; h++) {
-            __m128i coef_bytes = f.mins ? m_bytes : sc_bytes;
-            if (h) coef_bytes = _mm_srli_si128(coef_bytes, 8);
-            __m256i coef = f.mins ? _mm256_cvtepu8_epi32(coef_bytes) // the low half of each lane, the high half zero
-                                  : _mm256_and_si256(_mm256_cvtepi8_epi32(coef_bytes), _mm256_set1_epi32(0xFFFF));
-            for (int t = 0; t < n_t; t++) {
-                const BlockQ8_K *xt = x + (size_t)t * x_stride;
-                int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
-                extra[h][t] = _mm256_add_epi32(extra[h][t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
-            }
-        }
+        for (int h = h0; (offset || f.mins) && h < h0 + n_h; h++)
+            packed_k_add_extra(extra[h], h ? _mm_srli_si128(sc_bytes, 8) : sc_bytes, h ? _mm_srli_si128(m_bytes, 8) : m_bytes, x,
+                               x_stride, n_t, j, f);
     }
     for (int h = h0; h < h0 + n_h; h++)
         for (int t = 0; t < n_t; t++) {
@@ -5968,6 +6014,10 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
         for (int l = 0; n_t == 1 && quants + prefetch_far_bytes < end && l < lines; l++) prefetch_line(quants + 64 * l);
         for (int h0 = 0; h0 < 2; h0 += n_h) {
             __m256i sumi[2][PACKED_TOKENS], summ[2][PACKED_TOKENS];
+#if HAVE_AVX_VNNI
+            if (n_t > 1) packed_k_sums_vnni(sumi[h0], summ[h0], quants, meta, h0, x + b, (size_t)n_blocks, f);
+            else
+#endif
             packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, f);
             for (int h = h0; h < h0 + n_h; h++) {
                 __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
