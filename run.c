@@ -4834,7 +4834,7 @@ static int packed_mins(int type) { return type == TYPE_Q4_1 || type == TYPE_Q5_1
 
 // Block b of a row of a 32-value type: q as stored (see packed_offset;
 // IQ4_NL: the index), d and m (fp16 bits, m 0 without a min).
-static void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *block, int type) {
+static inline __attribute__((always_inline)) void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *block, int type) {
     const uint8_t *qs = NULL, *qh = NULL;
     *m = 0;
     switch (type) {
@@ -4856,7 +4856,8 @@ static void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *
 
 // Row r of block (g, b) of a 32-value type into the packed layout; block
 // NULL: a padding row (d = 0 makes it zeros).
-static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
+static inline __attribute__((always_inline)) void pack_row32_as(unsigned char *quants, unsigned char *meta, int r, const void *block,
+                                                                int type) {
     uint8_t q[QK] = {0};
     uint16_t d = 0, min = 0, *scales = (uint16_t *)meta;
     if (block) unpack_block32(q, &d, &min, block, type);
@@ -4871,6 +4872,20 @@ static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const 
         for (int j = 0; j < 8; j++) high |= (uint8_t)(((q[4 * j + i] >> 4) & 1) << j);
         for (int j = 0; j < 4; j++) quants[64 * j + 4 * r + i] = (uint8_t)((q[4 * j + i] & 0xF) | (q[16 + 4 * j + i] & 0xF) << 4);
         if (packed_fifth_bit(type)) quants[256 + 4 * r + i] = high;
+    }
+}
+
+// pack_row32_as compiled for each type (a constant once inlined, so the
+// unpacking's type switch and the fifth bit's branches fold away; see
+// pack_k_row).
+static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
+    switch (type) {
+    case TYPE_Q8_0: pack_row32_as(quants, meta, r, block, TYPE_Q8_0); break;
+    case TYPE_Q4_0: pack_row32_as(quants, meta, r, block, TYPE_Q4_0); break;
+    case TYPE_Q4_1: pack_row32_as(quants, meta, r, block, TYPE_Q4_1); break;
+    case TYPE_Q5_0: pack_row32_as(quants, meta, r, block, TYPE_Q5_0); break;
+    case TYPE_Q5_1: pack_row32_as(quants, meta, r, block, TYPE_Q5_1); break;
+    default: pack_row32_as(quants, meta, r, block, TYPE_IQ4_NL);
     }
 }
 
