@@ -217,8 +217,9 @@ def encode_tensor(array, kind, dtype):
     if dtype == "f16":
         return np.ascontiguousarray(array, dtype="<f2").ravel().data
     x = np.asarray(array, dtype=np.float32)
-    quantizers = {"q2_k": quantize_q2_k, "q3_k": quantize_q3_k, "q4_k": quantize_q4_k, "q5_k": quantize_q5_k, "q6_k": quantize_q6_k, "q5_0": quantize_q5_0,
-                  "q5_1": quantize_q5_1, "q4_1": quantize_q4_1, "iq4_nl": quantize_iq4_nl, "iq4_xs": quantize_iq4_xs}
+    quantizers = {"q2_k": quantize_q2_k, "q3_k": quantize_q3_k, "q4_k": quantize_q4_k, "q5_k": quantize_q5_k,
+                  "q6_k": quantize_q6_k, "q5_0": quantize_q5_0, "q5_1": quantize_q5_1, "q4_1": quantize_q4_1,
+                  "iq4_nl": quantize_iq4_nl, "iq4_xs": quantize_iq4_xs}
     if dtype in quantizers:  # rows padded with zeros to whole blocks, as run.c pads
         block = QK if dtype in ("q5_0", "q5_1", "q4_1", "iq4_nl") else QK_K
         padded = np.zeros((x.shape[0], -(-x.shape[1] // block) * block), dtype=np.float32)
@@ -268,9 +269,9 @@ def write_runc(out_path, source, dtype, inputs):
 # ---------------------------------------------------------------------------
 # K-quants (Q2_K to Q6_K), the 32-value types and IQ4, and the mixes,
 # rounded exactly as run.c's quantize_* (and llama-quantize without an
-# importance matrix). Every float operation is a float32 one in C's order: sums run
-# over the values one at a time (vectorized across sub-blocks only), and
-# a * b + c is rounded twice, as C without FP contraction does.
+# importance matrix). Every float operation is a float32 one in C's order:
+# sums run over the values one at a time (vectorized across sub-blocks
+# only), and a * b + c is rounded twice, as C without FP contraction does.
 
 F32 = np.float32
 QK_K = 256
@@ -728,7 +729,8 @@ def use_more_bits(i, n):
 def mix_type(c, mix, kind, layer, row_len):
     """run.c's matrix_dtype for the mixes export.py writes (llama-quantize's
     rules, README): the classifier Q6_K; attn_v (wv) and ffn_down (w2) by
-    layer; rows that are not whole super-blocks fall back."""
+    layer, attn_output (wo) by mix; rows that are not whole super-blocks
+    fall back."""
     t = MIXES[mix]
     n = c.n_layers
     many = mix in ("q4_k_m", "q5_k_m")
