@@ -5897,7 +5897,7 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
    do (at most 2 * 127 * 127 a pair). AVX-VNNI builds take VNNI steps in
    prefill tiles only (packed_k_sums_vnni: each sub-block's sum in int32,
-   times the scale with a 32-bit multiply): prefill 14-34% faster, where
+   times the scale with a 32-bit multiply): prefill 10-17% faster, where
    generation the same way was 12% slower at fast memory (Q6_K, 55 against
    63 tok/s, tl1b, 2 threads, Zen 5). */
 
