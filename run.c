@@ -4990,22 +4990,26 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // Zen 4 (2 cores) PREFETCHT1 is at times dropped (others have measured
 // that too); PREFETCHNTA (in AMD's guides, a fill of L1 that is not kept in
 // L2 afterwards) 8 KB ahead generated faster than PREFETCHT1 12 KB ahead:
-// tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. Since the
-// K-quants ask for a block's lines in one burst, the best distance follows
-// the memory's speed, which on these machines switches by the minute: at
-// 50 GB/s 4 KB beats 8 KB (Q4_K_M +3.4%, Q8_0 +2.6%, Q4_0 +2.7%) and 6 KB
-// (+1.4%); at 75 GB/s 4 KB loses to 8 KB (Q4_K_M -2.2%, Q8_0 -1.6%) and 6
-// KB matches it (Q4_K_M +0.5%, Q6_K -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB,
-// then. choose_prefetch sets both once, at load.
+// tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. While the
+// K-quants asked for a block's lines in one burst (until prefetch_share),
+// the best distance followed the memory's speed, which on these machines
+// switches by the minute: at 50 GB/s 4 KB beat 8 KB (Q4_K_M +3.4%, Q8_0
+// +2.6%, Q4_0 +2.7%) and 6 KB (+1.4%); at 75 GB/s 4 KB lost to 8 KB
+// (Q4_K_M -2.2%, Q8_0 -1.6%) and 6 KB matched it (Q4_K_M +0.5%, Q6_K
+// -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB, then. choose_prefetch sets these
+// once, at load, with prefetch_burst (see prefetch_share).
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0; // 1: PREFETCHNTA, 0: PREFETCHT1
+static int prefetch_burst = 0;   // 1: a K-quant block's lines all at its first sub-block
 
 static void choose_prefetch(void) {
-    unsigned max_leaf, vendor[3];
+    unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
     // the vendor string, 12 bytes in ebx, edx, ecx
     if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0) {
         prefetch_far_bytes = 6144;
         prefetch_far_nta = 1;
+        // the family: 0x19 Zen 3 and 4, 0x1A Zen 5 (base 0xF plus the extended family)
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF) >= 0x1A) prefetch_burst = 1;
     }
 }
 
@@ -5026,6 +5030,20 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
     for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_far_bytes < end; p += 64)
         prefetch_line(p);
+}
+
+// The K-quants' requests ahead at sub-block j of n_subs, for the lines of
+// a block's quants (the callers stop at about the matrix's end): a share
+// with each sub-block, or with prefetch_burst all at the first. The burst
+// streamed more on the AMD machines of sessions 13-17 (Zen 5, by their
+// AVX-VNNI): tl1b Q4_K_M generation +4-8% at 50 GB/s, +1-5% at 75; Q6_K
+// +-1%. On Zen 4 (session 18) the burst's 64 to 96 requests (Q4_K, Q6_K)
+// left the kernels waiting on memory: a 32000 x 2048 Q6_K product, 1
+// thread, read 40% of the measured bandwidth with it and 97% spread; tl1b
+// Q4_K_M, 2 threads, generated 34 tok/s with it and 61 spread (50 GB/s).
+static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, int lines, int j, int n_subs) {
+    int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
+    for (int l = first; l < end; l++) prefetch_line(quants + 64 * l);
 }
 #endif
 
@@ -5639,22 +5657,17 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
 
 // sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
 // positions x[t * x_stride], sub-block by sub-block; prefetch: whether to
-// ask for the lines ahead of this block's quants meanwhile (prefetch_line),
-// all of a block's worth before its first sub-block. Spread over the sub-blocks
-// (4 lines each for Q4_K) the kernel streamed less: a 2048-column Q4_K
-// product over 256 MB of matrices, 2 threads, read 88% of the measured
-// bandwidth, and 95% with the burst (Q6_K 97% either way); in the model,
-// generation +4.4% on Q4_K_M and +2.5% on Q6_K (AMD, 50 GB/s; the burst
-// is not measured on Intel).
+// ask for the lines ahead of this block's quants meanwhile, a share with
+// each sub-block (prefetch_share).
 static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
                                                                  const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
                                                                  int n_t, int prefetch, PackedK f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4;
     int lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); // 64-byte lines of quants per block
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
-    for (int l = 0; prefetch && l < lines; l++) prefetch_line(quants + 64 * l);
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
+        if (prefetch) prefetch_share(quants, lines, j, f.n_subs);
         // Q4_K's high nibbles (chunks 32-63) are multiplied where they lie,
         // as 16 q (at most 240 * 128 * 32 a sum, far from overflow): the
         // sub-block's sum, a multiple of 16, is divided back exactly, one
@@ -5989,15 +6002,18 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
 // sumi[h][t] and summ[h][t] of one super-block (quants, meta), rows
 // 8h..8h+7 for the n_h halves h0.., for the n_t positions x[t * x_stride].
 // Each sub-block's scales are unpacked once for the halves taken together.
+// prefetch: whether to ask for the lines ahead meanwhile (prefetch_share).
 static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][PACKED_TOKENS], __m256i summ[2][PACKED_TOKENS],
                                                                  const unsigned char *quants, const unsigned char *meta, int h0, int n_h,
-                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, PackedK f) {
+                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, int prefetch, PackedK f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
+    int lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); // 64-byte lines of quants per block
     __m256i part[2][PACKED_TOKENS], extra[2][PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
     for (int h = h0; h < h0 + n_h; h++)
         for (int t = 0; t < n_t; t++) sumi[h][t] = extra[h][t] = _mm256_setzero_si256();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
+        if (prefetch) prefetch_share(quants, lines, j, f.n_subs);
         __m128i sc_bytes, m_bytes; // the 16 rows'
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
         __m256i sc_pairs[2]; // row 8h + r's scale at int16 2r and 2r+1
@@ -6029,12 +6045,12 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
 
 // n_t (1 or PACKED_TOKENS) positions x[t * col_blocks ..] against group
 // g's rows: out[t * out_stride + r] for r < n_rows. Block by block, so the
-// weights are read once, in order (one position: a block's lines ahead
-// asked for in one burst, as the VNNI kernels do). One position takes
-// both halves in one pass; a tile's sums fill the registers with one.
+// weights are read once, in order (one position: the lines ahead asked
+// for a share with each sub-block, as the VNNI kernels do). One position
+// takes both halves in one pass; a tile's sums fill the registers with one.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
                                                                  const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
-    int n_blocks = col_blocks(m), lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)), n_h = n_t == 1 ? 2 : 1;
+    int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : 1;
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
@@ -6042,14 +6058,13 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks + b);
-        for (int l = 0; n_t == 1 && quants + prefetch_far_bytes < end && l < lines; l++) prefetch_line(quants + 64 * l);
         for (int h0 = 0; h0 < 2; h0 += n_h) {
             __m256i sumi[2][PACKED_TOKENS], summ[2][PACKED_TOKENS];
 #if HAVE_AVX_VNNI
             if (n_t > 1) packed_k_sums_vnni(sumi[h0], summ[h0], quants, meta, h0, x + b, (size_t)n_blocks, f);
             else
 #endif
-            packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, f);
+            packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_far_bytes < end, f);
             for (int h = h0; h < h0 + n_h; h++) {
                 __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
                 __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
