@@ -4997,10 +4997,12 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // +2.6%, Q4_0 +2.7%) and 6 KB (+1.4%); at 75 GB/s 4 KB lost to 8 KB
 // (Q4_K_M -2.2%, Q8_0 -1.6%) and 6 KB matched it (Q4_K_M +0.5%, Q6_K
 // -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB, then. choose_prefetch sets these
-// once, at load, with prefetch_burst (see prefetch_share).
+// once, at load, with the K-quants' prefetch_burst and prefetch_by_block
+// (see prefetch_share and k_prefetch_far).
 static size_t prefetch_far_bytes = 4096;
-static int prefetch_far_nta = 0; // 1: PREFETCHNTA, 0: PREFETCHT1
-static int prefetch_burst = 0;   // 1: a K-quant block's lines all at its first sub-block
+static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
+static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
+static int prefetch_by_block = 0;  // 1: the K-quants ask two blocks of quants ahead
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
@@ -5010,17 +5012,18 @@ static void choose_prefetch(void) {
         prefetch_far_nta = 1;
         // the family: 0x19 Zen 3 and 4, 0x1A Zen 5 (base 0xF plus the extended family)
         if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF) >= 0x1A) prefetch_burst = 1;
+        else prefetch_by_block = 1;
     }
 }
 
-// The line prefetch_far_bytes past p, and the one PREFETCH_L1_BYTES past
-// it into L1 (a prefetch never faults; the callers stop at about the
-// matrix's end). Always inlined, like prefetch_ahead: a call that only
-// prefetches has no effect GCC must keep. The hint is an immediate, hence
-// the branch (the same way every time: free).
-static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p) {
-    if (prefetch_far_nta) _mm_prefetch((const char *)p + prefetch_far_bytes, _MM_HINT_NTA);
-    else _mm_prefetch((const char *)p + prefetch_far_bytes, _MM_HINT_T1);
+// The line far bytes past p, and the one PREFETCH_L1_BYTES past it into L1
+// (a prefetch never faults; the callers stop at about the matrix's end).
+// Always inlined, like prefetch_ahead: a call that only prefetches has no
+// effect GCC must keep. The hint is an immediate, hence the branch (the
+// same way every time: free).
+static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p, size_t far) {
+    if (prefetch_far_nta) _mm_prefetch((const char *)p + far, _MM_HINT_NTA);
+    else _mm_prefetch((const char *)p + far, _MM_HINT_T1);
     _mm_prefetch((const char *)p + PREFETCH_L1_BYTES, _MM_HINT_T0);
 }
 
@@ -5029,11 +5032,11 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
 // per block).
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes) {
     for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_far_bytes < end; p += 64)
-        prefetch_line(p);
+        prefetch_line(p, prefetch_far_bytes);
 }
 
-// The K-quants' requests ahead at sub-block j of n_subs, for the lines of
-// a block's quants (the callers stop at about the matrix's end): a share
+// The K-quants' requests far ahead at sub-block j of n_subs, for the lines
+// of a block's quants (the callers stop at about the matrix's end): a share
 // with each sub-block, or with prefetch_burst all at the first. The burst
 // streamed more on the AMD machines of sessions 13-17 (Zen 5, by their
 // AVX-VNNI): tl1b Q4_K_M generation +4-8% at 50 GB/s, +1-5% at 75; Q6_K
@@ -5041,9 +5044,9 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 // left the kernels waiting on memory: a 32000 x 2048 Q6_K product, 1
 // thread, read 40% of the measured bandwidth with it and 97% spread; tl1b
 // Q4_K_M, 2 threads, generated 34 tok/s with it and 61 spread (50 GB/s).
-static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, int lines, int j, int n_subs) {
+static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
-    for (int l = first; l < end; l++) prefetch_line(quants + 64 * l);
+    for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
 }
 #endif
 
@@ -5441,6 +5444,18 @@ static int plane_start(PackedK f, int plane) {
 static int meta_sc(PackedK f) { return f.mins ? 64 : 32; } // where k4 starts too
 static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 
+#if HAVE_AVX2
+static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
+
+// How far ahead generation asks for a K-type's lines (prefetch_share):
+// with prefetch_by_block (AMD Zen 4) two blocks of its quants, else
+// prefetch_far_bytes. On Zen 4, tl1b, 2 threads, 32 tokens a round in one
+// process, alternating: Q4_K_M 4 KB ahead against 6 KB +4.5%, +5.4%, +5.2%
+// (3 KB +1.0% more), Q6_K 6 KB against 4 KB +2.6% and against 9 KB +1.5%:
+// about two blocks for both (2048 and 3072 bytes).
+static size_t k_prefetch_far(PackedK f) { return prefetch_by_block ? (size_t)128 * k_lines(f) : prefetch_far_bytes; }
+#endif
+
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
 static void packed_k_scale(const unsigned char *meta, int j, int r, PackedK f, int *sc, int *m) {
     if (f.k4) {
@@ -5656,18 +5671,17 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
 }
 
 // sumi[t] and summ[t] of one super-block (quants, meta) for the n_t
-// positions x[t * x_stride], sub-block by sub-block; prefetch: whether to
-// ask for the lines ahead of this block's quants meanwhile, a share with
-// each sub-block (prefetch_share).
+// positions x[t * x_stride], sub-block by sub-block; far: how far ahead
+// to ask for the lines of this block's quants meanwhile, a share with each
+// sub-block (prefetch_share); 0: not at all.
 static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
                                                                  const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
-                                                                 int n_t, int prefetch, PackedK f) {
+                                                                 int n_t, size_t far, PackedK f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4;
-    int lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); // 64-byte lines of quants per block
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
-        if (prefetch) prefetch_share(quants, lines, j, f.n_subs);
+        if (far) prefetch_share(quants, far, k_lines(f), j, f.n_subs);
         // Q4_K's high nibbles (chunks 32-63) are multiplied where they lie,
         // as 16 q (at most 240 * 128 * 32 a sum, far from overflow): the
         // sub-block's sum, a multiple of 16, is divided back exactly, one
@@ -5713,11 +5727,12 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    size_t far = k_prefetch_far(f); // generation asks for lines this far ahead
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
         __m512i sumi[PACKED_TOKENS], summ[PACKED_TOKENS];
-        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_far_bytes < end, f);
+        packed_k_sums(sumi, summ, quants, meta, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + far < end ? far : 0, f);
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)meta));
         __m512 dmin = f.mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(meta + 32))) : d;
         for (int t = 0; t < n_t; t++) {
@@ -6002,18 +6017,18 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
 // sumi[h][t] and summ[h][t] of one super-block (quants, meta), rows
 // 8h..8h+7 for the n_h halves h0.., for the n_t positions x[t * x_stride].
 // Each sub-block's scales are unpacked once for the halves taken together.
-// prefetch: whether to ask for the lines ahead meanwhile (prefetch_share).
+// far: how far ahead to ask for the lines meanwhile (prefetch_share), 0:
+// not at all.
 static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][PACKED_TOKENS], __m256i summ[2][PACKED_TOKENS],
                                                                  const unsigned char *quants, const unsigned char *meta, int h0, int n_h,
-                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, int prefetch, PackedK f) {
+                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, size_t far, PackedK f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
-    int lines = 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); // 64-byte lines of quants per block
     __m256i part[2][PACKED_TOKENS], extra[2][PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
     for (int h = h0; h < h0 + n_h; h++)
         for (int t = 0; t < n_t; t++) sumi[h][t] = extra[h][t] = _mm256_setzero_si256();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
-        if (prefetch) prefetch_share(quants, lines, j, f.n_subs);
+        if (far) prefetch_share(quants, far, k_lines(f), j, f.n_subs);
         __m128i sc_bytes, m_bytes; // the 16 rows'
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
         __m256i sc_pairs[2]; // row 8h + r's scale at int16 2r and 2r+1
@@ -6054,6 +6069,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    size_t far = k_prefetch_far(f); // generation asks for lines this far ahead
     __m256 acc[2][PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
@@ -6064,7 +6080,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
             if (n_t > 1) packed_k_sums_vnni(sumi[h0], summ[h0], quants, meta, h0, x + b, (size_t)n_blocks, f);
             else
 #endif
-            packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + prefetch_far_bytes < end, f);
+            packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + far < end ? far : 0, f);
             for (int h = h0; h < h0 + n_h; h++) {
                 __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
                 __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
