@@ -5038,12 +5038,13 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 // The K-quants' requests far ahead at sub-block j of n_subs, for the lines
 // of a block's quants (the callers stop at about the matrix's end): a share
 // with each sub-block, or with prefetch_burst all at the first. The burst
-// streamed more on the AMD machines of sessions 13-17 (Zen 5, by their
-// AVX-VNNI): tl1b Q4_K_M generation +4-8% at 50 GB/s, +1-5% at 75; Q6_K
-// +-1%. On Zen 4 (session 18) the burst's 64 to 96 requests (Q4_K, Q6_K)
-// left the kernels waiting on memory: a 32000 x 2048 Q6_K product, 1
-// thread, read 40% of the measured bandwidth with it and 97% spread; tl1b
-// Q4_K_M, 2 threads, generated 34 tok/s with it and 61 spread (50 GB/s).
+// streamed more on the AMD machines of sessions 13-17 (Zen 5, to judge by
+// sessions 16-17's AVX-VNNI): tl1b generation, both 8 KB ahead, Q4_K_M
+// +4.4% at 50 GB/s and +1.1% at 72-75, Q6_K +2.5% at 50. On Zen 4
+// (session 18) the burst's 64 to 96 requests (Q4_K, Q6_K) left the
+// kernels waiting on memory: a 32000 x 2048 Q6_K product, 1 thread, read
+// 40% of the measured bandwidth with it and 96-99% spread; tl1b Q4_K_M, 2
+// threads, generated 34 tok/s with it and 59-63 spread (50-51 GB/s).
 static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
     for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
