@@ -4996,23 +4996,33 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // switches by the minute: at 50 GB/s 4 KB beat 8 KB (Q4_K_M +3.4%, Q8_0
 // +2.6%, Q4_0 +2.7%) and 6 KB (+1.4%); at 75 GB/s 4 KB lost to 8 KB
 // (Q4_K_M -2.2%, Q8_0 -1.6%) and 6 KB matched it (Q4_K_M +0.5%, Q6_K
-// -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB, then. choose_prefetch sets these
-// once, at load, with the K-quants' prefetch_burst and prefetch_by_block
-// (see prefetch_share and k_prefetch_far).
+// -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB, then, on Zen 5. On Zen 4
+// (session 19) 2 KB, where both requests name the same line, beat 6 KB
+// by far: tl1b, 2 threads, one process, alternating, Q8_0 +14%, Q4_0
+// +11% at 58-62 GB/s (Q4_0 +10% at 35), and 1 KB, 1.5 KB and 3 KB lost
+// 15%, 7% and 7% to it; one thread, a 32000 x 2048 product read 89-100%
+// of the measured bandwidth, where 6 KB read 76-89%, for each of the six
+// 32-value types. choose_prefetch sets these once, at load, with the
+// K-quants' prefetch_burst and prefetch_by_block (see prefetch_share and
+// k_prefetch_far).
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
-static int prefetch_by_block = 0;  // 1: the K-quants ask two blocks of quants ahead
+static int prefetch_by_block = 0;  // 1: AMD Zen 4's rule for the K-quants (k_prefetch_far)
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
     // the vendor string, 12 bytes in ebx, edx, ecx
     if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && memcmp(vendor, "AuthenticAMD", 12) == 0) {
-        prefetch_far_bytes = 6144;
         prefetch_far_nta = 1;
         // the family: 0x19 Zen 3 and 4, 0x1A Zen 5 (base 0xF plus the extended family)
-        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF) >= 0x1A) prefetch_burst = 1;
-        else prefetch_by_block = 1;
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((eax >> 8) & 0xF) + ((eax >> 20) & 0xFF) >= 0x1A) {
+            prefetch_far_bytes = 6144;
+            prefetch_burst = 1;
+        } else {
+            prefetch_far_bytes = PREFETCH_L1_BYTES;
+            prefetch_by_block = 1;
+        }
     }
 }
 
@@ -5448,13 +5458,27 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 #if HAVE_AVX2
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
-// How far ahead generation asks for a K-type's lines (prefetch_share):
-// with prefetch_by_block (AMD Zen 4) two blocks of its quants, else
-// prefetch_far_bytes. On Zen 4, tl1b, 2 threads, 32 tokens a round in one
-// process, alternating: Q4_K_M 4 KB ahead against 6 KB +4.5%, +5.4%, +5.2%
-// (3 KB +1.0% more), Q6_K 6 KB against 4 KB +2.6% and against 9 KB +1.5%:
-// about two blocks for both (2048 and 3072 bytes).
-static size_t k_prefetch_far(PackedK f) { return prefetch_by_block ? (size_t)128 * k_lines(f) : prefetch_far_bytes; }
+// How far ahead generation asks for a K-type's lines (prefetch_share); 0:
+// it asks for none. prefetch_far_bytes, except on AMD Zen 4
+// (prefetch_by_block), where the hardware prefetchers follow a type with
+// one bit plane (one stream of quants) and not one with two:
+// - two planes (Q3_K, Q5_K, Q6_K): two blocks of quants ahead. tl1b, 2
+//   threads, one process, alternating: Q6_K 6 KB against 4 KB +2.6% and
+//   against 9 KB +1.5%. Without requests, one thread read 26-37% of the
+//   bandwidth a 32000 x 2048 product reads with them.
+// - Q4_K in the AVX-512 kernels: none. Against two blocks (4 KB) tl1b
+//   Q4_K_M generated +9% (69.0 -> 75.2 tok/s at 59 GB/s; +7% on one
+//   thread), and against 2 KB +3.6%. Q4_K's kernel computes fastest of
+//   all; the AVX2 one, at 65-71% of the bandwidth, is better off at 2 KB.
+// - the other one-plane types (Q2_K, IQ4_XS, and Q4_K in AVX2):
+//   PREFETCH_L1_BYTES, as the 32-value types (IQ4_XS, one thread: 80% of
+//   the bandwidth two blocks ahead, 88% at 2 KB, 76% without).
+static size_t k_prefetch_far(PackedK f) {
+    if (!prefetch_by_block) return prefetch_far_bytes;
+    if (f.planes != 4 && f.planes != 2) return (size_t)128 * k_lines(f); // two planes
+    if (HAVE_AVX512_VNNI && f.planes == 4 && f.mins) return 0;         // Q4_K
+    return PREFETCH_L1_BYTES;
+}
 #endif
 
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
