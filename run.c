@@ -5464,8 +5464,8 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 // one bit plane (one stream of quants) and not one with two:
 // - two planes (Q3_K, Q5_K, Q6_K): two blocks of quants ahead. tl1b, 2
 //   threads, one process, alternating: Q6_K 6 KB against 4 KB +2.6% and
-//   against 9 KB +1.5%. Without requests, one thread read 26-37% of the
-//   bandwidth a 32000 x 2048 product reads with them.
+//   against 9 KB +1.5%. Without requests, one thread read a third as
+//   fast (a 32000 x 2048 Q6_K product: 32% of the bandwidth, against 91%).
 // - Q4_K in the AVX-512 kernels: none. Against two blocks (4 KB) tl1b
 //   Q4_K_M generated +9% (69.0 -> 75.2 tok/s at 59 GB/s; +7% on one
 //   thread), and against 2 KB +3.6%. Q4_K's kernel computes fastest of
