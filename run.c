@@ -5404,6 +5404,12 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
             u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7
      1-bit plane (512 bytes) 8 vectors, vector u holding chunk u + 8 s in bit s
    and a chunk's q is its planes' bits joined, the 4-bit plane's lowest.
+   Q6_K instead keeps each four chunks 4s..4s+3 (a sub-block) in three
+   vectors (192 bytes at 192 s): chunks 4s, 4s+1, 4s+2 whole in bits 0-5 of
+   vectors 0, 1, 2, and chunk 4s+3 two bits in the top of each, its lowest
+   in vector 0 (packed_k_value). The kernels read it in order, one stream,
+   and decode four chunks in 3 loads and 9 operations where the planes
+   took 8 and 13.
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -5429,6 +5435,7 @@ typedef struct {
     int offset;   // subtracted from q
     int lookup;   // 1: q is an index into iq4nl_values (IQ4_XS)
     int k4;       // 1: the scales and mins as GGUF's 12 bytes per row (Q4_K, Q5_K)
+    int six;      // 1: four chunks in three vectors, not planes (Q6_K; planes still counts its bits)
 } PackedK;
 
 static PackedK packed_k_format(int type) {
@@ -5437,7 +5444,7 @@ static PackedK packed_k_format(int type) {
     case TYPE_Q3_K: return (PackedK){.planes = 2 | 1, .n_subs = 16, .offset = 4};
     case TYPE_Q4_K: return (PackedK){.planes = 4, .n_subs = 8, .mins = 1, .k4 = 1};
     case TYPE_Q5_K: return (PackedK){.planes = 4 | 1, .n_subs = 8, .mins = 1, .k4 = 1};
-    case TYPE_Q6_K: return (PackedK){.planes = 4 | 2, .n_subs = 16, .offset = 32};
+    case TYPE_Q6_K: return (PackedK){.planes = 4 | 2, .n_subs = 16, .offset = 32, .six = 1};
     default: return (PackedK){.planes = 4, .n_subs = 8, .offset = 128, .lookup = 1}; // IQ4_XS
     }
 }
@@ -5460,22 +5467,25 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 
 // How far ahead generation asks for a K-type's lines (prefetch_share); 0:
 // it asks for none. prefetch_far_bytes, except on AMD Zen 4
-// (prefetch_by_block), where the hardware prefetchers follow a type with
-// one bit plane (one stream of quants) and not one with two:
-// - two planes (Q3_K, Q5_K, Q6_K): two blocks of quants ahead. tl1b, 2
-//   threads, one process, alternating: Q6_K 6 KB against 4 KB +2.6% and
-//   against 9 KB +1.5%. Without requests, one thread read a third as
-//   fast (a 32000 x 2048 Q6_K product: 32% of the bandwidth, against 91%).
+// (prefetch_by_block), where the hardware prefetchers follow a type read
+// in order (one stream of quants) and not one with two bit planes:
+// - two planes (Q3_K, Q5_K): two blocks of quants ahead. Measured on Q6_K
+//   while it had two planes (tl1b, 2 threads, one process, alternating):
+//   6 KB against 4 KB +2.6% and against 9 KB +1.5%. Without requests, one
+//   thread read a third as fast (a 32000 x 2048 Q6_K product: 32% of the
+//   bandwidth, against 91%).
 // - Q4_K in the AVX-512 kernels: none. Against two blocks (4 KB) tl1b
 //   Q4_K_M generated +9% (69.0 -> 75.2 tok/s at 59 GB/s; +7% on one
 //   thread), and against 2 KB +3.6%. Q4_K's kernel computes fastest of
 //   all; the AVX2 one, at 65-71% of the bandwidth, is better off at 2 KB.
-// - the other one-plane types (Q2_K, IQ4_XS, and Q4_K in AVX2):
+// - the other one-stream types (Q2_K, IQ4_XS, Q6_K, and Q4_K in AVX2):
 //   PREFETCH_L1_BYTES, as the 32-value types (IQ4_XS, one thread: 80% of
-//   the bandwidth two blocks ahead, 88% at 2 KB, 76% without).
+//   the bandwidth two blocks ahead, 88% at 2 KB, 76% without; Q6_K, 2
+//   threads, a 32000 x 2048 product at 47-53 GB/s: 87-94% at 2 KB, 71-83%
+//   two blocks ahead, 73-88% without).
 static size_t k_prefetch_far(PackedK f) {
     if (!prefetch_by_block) return prefetch_far_bytes;
-    if (f.planes != 4 && f.planes != 2) return (size_t)128 * k_lines(f); // two planes
+    if (f.planes != 4 && f.planes != 2 && !f.six) return (size_t)128 * k_lines(f); // two planes
     if (HAVE_AVX512_VNNI && f.planes == 4 && f.mins) return 0;         // Q4_K
     return PREFETCH_L1_BYTES;
 }
@@ -5553,6 +5563,12 @@ static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *q
     for (int c = 0; c < 64; c++) // chunks in order: the first write of each byte sets it
         for (int i = 0; i < 4; i++) {
             int q = u.q[4 * c + i], low = f.planes & 4 ? 4 : 0;
+            if (f.six) { // vector 0's byte of this row and value, vector n's 64 n further
+                uint8_t *p = quants + 192 * (c / 4) + 4 * r + i;
+                if (c % 4 < 3) p[64 * (c % 4)] = (uint8_t)q;
+                else for (int n = 0; n < 3; n++) p[64 * n] |= (uint8_t)(((q >> 2 * n) & 3) << 6);
+                continue;
+            }
             if (f.planes & 4) {
                 uint8_t *p = quants + plane_start(f, 4) + 64 * (c % 32) + 4 * r + i;
                 *p = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*p | (q & 0xF) << 4);
@@ -5590,6 +5606,11 @@ static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const 
 // multiply it (IQ4_XS: iq4nl_values[index] + 128).
 static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) {
     int c = k / 4, i = k % 4, q = 0, bits = 0;
+    if (f.six) {
+        const unsigned char *p = quants + 192 * (c / 4) + 4 * r + i;
+        if (c % 4 < 3) return p[64 * (c % 4)] & 63;
+        return p[0] >> 6 | (p[64] >> 6) << 2 | (p[128] >> 6) << 4;
+    }
     if (f.planes & 4) {
         uint8_t byte = quants[plane_start(f, 4) + 64 * (c % 32) + 4 * r + i];
         q = c < 32 ? byte & 0xF : byte >> 4;
@@ -5678,6 +5699,12 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
     __m512i q = _mm512_setzero_si512();
     int bits = 0;
+    if (f.six) { // the sub-block's three vectors (each loaded once: the compiler merges the loads)
+        const unsigned char *v = quants + 192 * (c / 4);
+        if (c % 4 < 3) return _mm512_and_si512(_mm512_loadu_si512(v + 64 * (c % 4)), _mm512_set1_epi8(63));
+        __m512i low = move_bits(_mm512_loadu_si512(v), 6, 0, 0x03), middle = move_bits(_mm512_loadu_si512(v + 64), 6, 2, 0x0C);
+        return _mm512_or_si512(_mm512_or_si512(low, middle), move_bits(_mm512_loadu_si512(v + 128), 6, 4, 0x30));
+    }
     if (f.planes & 4) {
         q = move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
@@ -5969,6 +5996,13 @@ static int k_int16_run(PackedK f) {
 static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsigned char *quants, int c, int h, PackedK f) {
     __m256i q = _mm256_setzero_si256();
     int bits = 0;
+    if (f.six) {
+        const unsigned char *v = quants + 192 * (c / 4) + 32 * h;
+        if (c % 4 < 3) return _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(v + 64 * (c % 4))), _mm256_set1_epi8(63));
+        __m256i low = move_bits_256(_mm256_loadu_si256((const __m256i *)v), 6, 0, 0x03);
+        __m256i middle = move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 64)), 6, 2, 0x0C);
+        return _mm256_or_si256(_mm256_or_si256(low, middle), move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 128)), 6, 4, 0x30));
+    }
     if (f.planes & 4) {
         q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
