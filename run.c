@@ -5411,8 +5411,8 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    vectors (192 bytes at 192 s): chunks 4s, 4s+1, 4s+2 whole in bits 0-5 of
    vectors 0, 1, 2, and chunk 4s+3 two bits in the top of each, its lowest
    in vector 0 (packed_k_value). The kernels read it in order, one stream,
-   and decode four chunks in 3 loads and 9 operations where the planes
-   took 8 and 13.
+   and decode four chunks in 9 operations on 3 vectors, where the planes
+   took 13 on 8.
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -5702,7 +5702,7 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
     __m512i q = _mm512_setzero_si512();
     int bits = 0;
-    if (f.six) { // the sub-block's three vectors (each loaded once: the compiler merges the loads)
+    if (f.six) { // the sub-block's three vectors (chunk 4s+3 reads them again, from L1)
         const unsigned char *v = quants + 192 * (c / 4);
         if (c % 4 < 3) return _mm512_and_si512(_mm512_loadu_si512(v + 64 * (c % 4)), _mm512_set1_epi8(63));
         __m512i low = move_bits(_mm512_loadu_si512(v), 6, 0, 0x03), middle = move_bits(_mm512_loadu_si512(v + 64), 6, 2, 0x0C);
