@@ -5401,12 +5401,13 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    four activations. Activations are Q8_K rows, as llama.cpp quantizes them
    for these types. Each type's q (an unsigned integer, see below) is split
    into bit planes, stored one after the other, the planes a type uses:
-     4-bit plane (2048 bytes) 32 vectors, vector v holding chunk v in its
-            low nibbles and chunk v + 32 in its high ones
+     1-bit plane (512 bytes) 8 vectors, vector u holding chunk u + 8 s in bit s
      2-bit plane (1024 bytes) 16 vectors, vector u holding chunks u, u + 16,
             u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7
-     1-bit plane (512 bytes) 8 vectors, vector u holding chunk u + 8 s in bit s
-   and a chunk's q is its planes' bits joined, the 4-bit plane's lowest.
+     4-bit plane (2048 bytes) 32 vectors, vector v holding chunk v in its
+            low nibbles and chunk v + 32 in its high ones
+   and a chunk's q is its planes' bits joined, the 4-bit plane's lowest,
+   the 1-bit plane's highest (plane_start: why the smallest comes first).
    Q6_K instead keeps each four chunks 4s..4s+3 (a sub-block) in three
    vectors (192 bytes at 192 s): chunks 4s, 4s+1, 4s+2 whole in bits 0-5 of
    vectors 0, 1, 2, and chunk 4s+3 two bits in the top of each, its lowest
@@ -5452,12 +5453,15 @@ static PackedK packed_k_format(int type) {
     }
 }
 
-// Where each plane starts in a super-block's quants, and where the scale
-// bytes start in its meta.
+// Where each plane starts in a super-block's quants, the smallest first,
+// and where the scale bytes start in its meta. Q5_K's first sub-block reads
+// all of its 1-bit plane: stored first, the block is read in order, one
+// stream (tl1b Q5_K_M generation +4.9% against the 4-bit plane first, 24
+// rounds at 54-60 GB/s; Q3_K_M level).
 static int plane_start(PackedK f, int plane) {
     int at = 0;
-    if (plane == 4) return at;
-    if (f.planes & 4) at += 2048;
+    if (plane == 1) return at;
+    if (f.planes & 1) at += 512;
     if (plane == 2) return at;
     if (f.planes & 2) at += 1024;
     return at;
@@ -5468,29 +5472,32 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 #if HAVE_AVX2
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
-// How far ahead generation asks for a K-type's lines (prefetch_share); 0:
-// it asks for none. prefetch_far_bytes, except on AMD Zen 4
-// (prefetch_zen4), where the hardware prefetchers follow a type read
-// in order (one stream of quants) and not one with two bit planes:
-// - two planes (Q3_K, Q5_K): two blocks of quants ahead. Measured on Q6_K
-//   while it had two planes (tl1b, 2 threads, one process, alternating):
-//   6 KB against 4 KB +2.6% and against 9 KB +1.5%. Without requests, one
-//   thread read a third as fast (a 32000 x 2048 Q6_K product: 32% of the
-//   bandwidth, against 91%).
-// - Q4_K in the AVX-512 kernels: none. Against two blocks (4 KB) tl1b
-//   Q4_K_M generated +9% (69.0 -> 75.2 tok/s at 59 GB/s; +7% on one
-//   thread), and against 2 KB +3.6%. Q4_K's kernel computes fastest of
-//   all; the AVX2 one, at 65-71% of the bandwidth, is better off at 2 KB.
-// - the other one-stream types (Q2_K, IQ4_XS, Q6_K, and Q4_K in AVX2):
-//   PREFETCH_L1_BYTES, as the 32-value types (IQ4_XS, one thread: 80% of
-//   the bandwidth two blocks ahead, 88% at 2 KB, 76% without; Q6_K, 2
-//   threads, a 32000 x 2048 product at 47-53 GB/s: 87-94% at 2 KB, 71-83%
-//   two blocks ahead, 73-88% without).
+// 1 if generation reads a K-type's block of quants in order: one plane,
+// Q6_K's three-vector sub-blocks, Q5_K's 1-bit plane and then its 4-bit
+// one; not Q3_K, whose first two sub-blocks go back and forth between its
+// 1-bit and 2-bit planes.
+static int k_in_order(PackedK f) { return f.planes != (2 | 1); }
+
+// How far ahead generation asks for a K-type's lines (prefetch_share):
+// prefetch_far_bytes, except on AMD Zen 4 (prefetch_zen4), where the
+// hardware prefetchers follow a block read in order, and not Q3_K's:
+// - read in order: PREFETCH_L1_BYTES, as the 32-value types. IQ4_XS, one
+//   thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB, 76%
+//   without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s: 87-94%
+//   at 2 KB, 71-83% two blocks ahead, 73-88% without. Q4_K in the AVX-512
+//   kernels asked for none from session 18 (then +3.6% against 2 KB, beside
+//   Q6_K's two planes at 4 KB); with every in-order type at 2 KB (session
+//   21, tl1b Q4_K_M, one process, alternating) 2 KB generated 6.7% faster
+//   than none at 52-62 GB/s (35 rounds, 74% -> 79% of the bandwidth), 4.3%
+//   at 33-37 GB/s, 5.8% on one thread; 1 KB and 3 KB lost 1.5% and 2.3%.
+// - Q3_K: two blocks of quants ahead (2 KB: tl1b Q3_K_M -1.3%). Measured
+//   on Q6_K while it had two planes (tl1b, 2 threads, one process,
+//   alternating): 6 KB against 4 KB +2.6% and against 9 KB +1.5%. Without
+//   requests, one thread read a third as fast (a 32000 x 2048 Q6_K
+//   product: 32% of the bandwidth, against 91%).
 static size_t k_prefetch_far(PackedK f) {
     if (!prefetch_zen4) return prefetch_far_bytes;
-    if (f.planes != 4 && f.planes != 2 && !f.six) return (size_t)128 * k_lines(f); // two planes
-    if (HAVE_AVX512_VNNI && f.planes == 4 && f.mins) return 0;         // Q4_K
-    return PREFETCH_L1_BYTES;
+    return k_in_order(f) ? PREFETCH_L1_BYTES : (size_t)128 * k_lines(f);
 }
 #endif
 
@@ -5709,7 +5716,7 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
         return _mm512_or_si512(_mm512_or_si512(low, middle), move_bits(_mm512_loadu_si512(v + 128), 6, 4, 0x30));
     }
     if (f.planes & 4) {
-        q = move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
+        q = move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
     }
     if (f.planes & 2) {
@@ -5747,7 +5754,7 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++) {
             int c = n_chunks * j + i;
-            w[i] = times_16 ? move_bits(_mm512_loadu_si512(quants + 64 * (c % 32)), 4, 4, 0xF0) : packed_k_chunk(quants, c, f);
+            w[i] = times_16 ? move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * (c % 32)), 4, 4, 0xF0) : packed_k_chunk(quants, c, f);
         }
         __m128i sc_bytes, m_bytes;
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
@@ -6007,7 +6014,7 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
         return _mm256_or_si256(_mm256_or_si256(low, middle), move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 128)), 6, 4, 0x30));
     }
     if (f.planes & 4) {
-        q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
+        q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 4) + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
     }
     if (f.planes & 2) {
