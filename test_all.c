@@ -210,16 +210,16 @@ static int list_names(const char *dir, const char *suffix, int dirs_only, NameLi
     return 0;
 }
 
-// Runs argv (argv[0] searched in PATH unless it has a slash) with stdin from
-// in_path and stdout / stderr into the given files (NULL: /dev/null for
-// each), killed after timeout seconds. Returns the exit status, -signal if
-// killed, or -1000 if it could not be started.
-static int spawn_input(char *const argv[], const char *in_path, const char *out_path, const char *err_path,
-                       int timeout) {
+// Starts argv (argv[0] searched in PATH unless it has a slash) with stdin
+// from in_path and stdout / stderr into the given files (NULL: /dev/null for
+// each), to be killed after timeout seconds. Returns its pid, or -1 if it
+// could not be started; spawn_wait collects it.
+static pid_t spawn_start(char *const argv[], const char *in_path, const char *out_path, const char *err_path,
+                         int timeout) {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
-    if (pid < 0) return -1000;
+    if (pid < 0) return -1;
     if (pid == 0) {
         int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
         int out = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -232,11 +232,23 @@ static int spawn_input(char *const argv[], const char *in_path, const char *out_
         execvp(argv[0], argv);
         _exit(127);
     }
+    return pid;
+}
+
+// The exit status of a program spawn_start started, -signal if it was
+// killed, or -1000 if it could not be started.
+static int spawn_wait(pid_t pid) {
     int status;
-    if (waitpid(pid, &status, 0) != pid) return -1000;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1000;
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return -WTERMSIG(status);
     return -1000;
+}
+
+// Runs argv as spawn_start does and waits for it.
+static int spawn_input(char *const argv[], const char *in_path, const char *out_path, const char *err_path,
+                       int timeout) {
+    return spawn_wait(spawn_start(argv, in_path, out_path, err_path, timeout));
 }
 
 static int spawn(char *const argv[], const char *out_path, const char *err_path, int timeout) {
@@ -5805,13 +5817,25 @@ static void test_bpe_roundtrip(const char *dir, const char *inp_name) {
 static void test_bpe_cli(const char *dir, const char *inp_name) {
     char name[256], inp[PATH_SIZE], out[PATH_SIZE], model[PATH_SIZE], detail[DETAIL_SIZE], first_bad[DETAIL_SIZE] = "";
     const VocabInfo *v = vocab_for(inp_name);
-    format_text(name, sizeof name, "cli: %s -m tokenize, %s of %s", v->tokenizer, cli_cases_label(), inp_name);
     format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
     format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
     shared_path(model, v->tokenizer);
     Pieces cases, lines;
     Tokenizer tk;
-    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (load_inp_cases(inp, &cases) != 0) {
+        format_text(name, sizeof name, "cli: %s -m tokenize, the cases of %s", v->tokenizer, inp_name);
+        report(name, 0, "cannot read %s", inp);
+        return;
+    }
+    // Natively at most about 120 cases of a file go through ./run as
+    // processes: every case of the llama.cpp files, one in 2 of the prose
+    // (each start reads a 128K-token vocabulary; all the prose took 20 s of
+    // the suite). test_tokenizer_file takes every case in this process.
+    int stride = cli_case_stride() > 1 ? cli_case_stride() : (cases.n + 119) / 120;
+    if (stride < 1) stride = 1;
+    if (stride == 1) format_text(name, sizeof name, "cli: %s -m tokenize, every case of %s", v->tokenizer, inp_name);
+    else format_text(name, sizeof name, "cli: %s -m tokenize, one case in %d%s of %s", v->tokenizer, stride,
+                     cli_case_stride() > 1 ? " (emulated)" : "", inp_name);
     if (load_lines(out, &lines) != 0 || lines.n != cases.n) {
         report(name, 0, "cannot read %s, or its lines are not the cases of %s", out, inp);
         pieces_free(&cases);
@@ -5821,7 +5845,7 @@ static void test_bpe_cli(const char *dir, const char *inp_name) {
         report(name, 0, "tokenizer_open: %s", error_message);
     } else {
         int matched = 0, tried = 0;
-        for (int c = 0; c < cases.n; c += cli_case_stride()) {
+        for (int c = 0; c < cases.n; c += stride) {
             char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
             if (strlen(text) != cases.len[c]) { free(text); continue; } // a NUL cannot be an argument
             tried++;
@@ -6792,27 +6816,42 @@ static void test_hf_refusal(const char *label, const char *tag, const char *v0_p
 
 // export.py --dtype, every type and mix of ./run -m quantize, rounds exactly
 // as ./run does (which the kernel tests hold to llama-quantize's bytes): the
-// files match.
+// files match. Two export.py runs at a time, one per core: their numpy
+// K-quant searches are the slowest part of the suite.
 static void test_export_dtypes(const char *label, const char *v0_path) {
     static const char *const dtypes[] = {"f16",    "q8_0",   "q4_0",   "q4_1",   "q5_0",     "q5_1",   "q2_k",
                                          "q3_k",   "q4_k",   "q5_k",   "q6_k",   "iq4_nl",   "iq4_xs", "q2_k_mix",
                                          "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_m", "q5_k_m",   "q4_k_s", "q5_k_s"};
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
-        char name[160], py_out[PATH_SIZE], c_out[PATH_SIZE], status[64], err[256];
-        format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtypes[i], label);
-        format_text(py_out, sizeof py_out, "build/export/%s-export.%s.bin", label, dtypes[i]);
-        format_text(c_out, sizeof c_out, "build/export/%s-run.%s.bin", label, dtypes[i]);
-        CliResult p = {0}, c = {0};
-        python(&p, export_py, py_out, "--llama2c", v0_path, "--dtype", dtypes[i], NULL);
-        cli(&c, v0_path, "-m", "quantize", "-o", c_out, "--dtype", dtypes[i], NULL);
-        if (p.status != 0 || c.status != 0) {
-            report(name, 0, "export.py %s, stderr %s; run status %d", status_text(p.status, status, sizeof status),
-                   quoted(p.err.data, p.err.len, err, sizeof err), c.status);
-        } else {
-            expect_same_file(name, py_out, c_out, NULL);
+    size_t n = sizeof dtypes / sizeof dtypes[0];
+    for (size_t first = 0; first < n; first += 2) {
+        char py_out[2][PATH_SIZE], err_path[2][PATH_SIZE];
+        int py_status[2];
+        pid_t pids[2] = {-1, -1};
+        for (size_t k = 0; k < 2 && first + k < n; k++) {
+            format_text(py_out[k], PATH_SIZE, "build/export/%s-export.%s.bin", label, dtypes[first + k]);
+            format_text(err_path[k], PATH_SIZE, "build/tmp/export.%zu.err", k);
+            char *argv[] = {PYTHON, (char *)export_py, py_out[k], "--llama2c", (char *)v0_path, "--dtype", (char *)dtypes[first + k], NULL};
+            pids[k] = spawn_start(argv, NULL, NULL, err_path[k], 120);
         }
-        cli_free(&p);
-        cli_free(&c);
+        for (size_t k = 0; k < 2 && first + k < n; k++) py_status[k] = spawn_wait(pids[k]);
+        for (size_t k = 0; k < 2 && first + k < n; k++) {
+            const char *dtype = dtypes[first + k];
+            char name[160], c_out[PATH_SIZE], status[64], err[256];
+            format_text(name, sizeof name, "export.py --llama2c --dtype %s == ./run -m quantize, byte for byte (%s)", dtype, label);
+            format_text(c_out, sizeof c_out, "build/export/%s-run.%s.bin", label, dtype);
+            CliResult c = {0};
+            cli(&c, v0_path, "-m", "quantize", "-o", c_out, "--dtype", dtype, NULL);
+            if (py_status[k] != 0 || c.status != 0) {
+                Bytes py_err = {0};
+                load_file(err_path[k], &py_err);
+                report(name, 0, "export.py %s, stderr %s; run status %d", status_text(py_status[k], status, sizeof status),
+                       py_err.data ? quoted(py_err.data, py_err.len, err, sizeof err) : "(none)", c.status);
+                bytes_free(&py_err);
+            } else {
+                expect_same_file(name, py_out[k], c_out, NULL);
+            }
+            cli_free(&c);
+        }
     }
 }
 
