@@ -5002,13 +5002,13 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // +11% at 58-62 GB/s (Q4_0 +10% at 35), and 1 KB, 1.5 KB and 3 KB lost
 // 15%, 7% and 7% to it; one thread, a 32000 x 2048 product read 89-100%
 // of the measured bandwidth, where 6 KB read 76-89%, for each of the six
-// 32-value types. choose_prefetch sets these once, at load, with the
-// K-quants' prefetch_burst and prefetch_zen4 (see prefetch_share and
-// k_prefetch_far).
+// 32-value types. The K-quants read their blocks in order too, and ask
+// the same distance ahead (see the packed K-quants' layout). choose_prefetch
+// sets these once, at load, with the K-quants' prefetch_burst (see
+// prefetch_share).
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
-static int prefetch_zen4 = 0;      // 1: AMD Zen 4's rule for the K-quants (k_prefetch_far)
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
@@ -5021,7 +5021,6 @@ static void choose_prefetch(void) {
             prefetch_burst = 1;
         } else {
             prefetch_far_bytes = PREFETCH_L1_BYTES;
-            prefetch_zen4 = 1;
         }
     }
 }
@@ -5413,7 +5412,14 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    vectors 0, 1, 2, and chunk 4s+3 two bits in the top of each, its lowest
    in vector 0 (packed_k_value). The kernels read it in order, one stream,
    and decode four chunks in 9 operations on 3 vectors, where the planes
-   took 13 on 8.
+   took 13 on 8. Q3_K likewise keeps each eight chunks 8s..8s+7 (two
+   sub-blocks) in three vectors at 192 s: chunks 8s + 2n and 8s + 2n + 1 in
+   bits 0-2 and 3-5 of vector n (n < 3); chunk 8s + 6's low two bits in the
+   top of vector 0, chunk 8s + 7's in the top of vector 1, and their third
+   bits in bits 6 and 7 of vector 2: eight chunks in 19 operations, where
+   the planes took about 36, and one stream (tl1b Q3_K_M generation, one
+   process, alternating: +1.8% at 44-55 GB/s, 44 rounds; -1.6% at 29-35,
+   16 rounds, within their spread).
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -5440,12 +5446,13 @@ typedef struct {
     int lookup;   // 1: q is an index into iq4nl_values (IQ4_XS)
     int k4;       // 1: the scales and mins as GGUF's 12 bytes per row (Q4_K, Q5_K)
     int six;      // 1: four chunks in three vectors, not planes (Q6_K; planes still counts its bits)
+    int three;    // 1: eight chunks in three vectors, not planes (Q3_K; planes still counts its bits)
 } PackedK;
 
 static PackedK packed_k_format(int type) {
     switch (type) {
     case TYPE_Q2_K: return (PackedK){.planes = 2, .n_subs = 16, .mins = 1};
-    case TYPE_Q3_K: return (PackedK){.planes = 2 | 1, .n_subs = 16, .offset = 4};
+    case TYPE_Q3_K: return (PackedK){.planes = 2 | 1, .n_subs = 16, .offset = 4, .three = 1};
     case TYPE_Q4_K: return (PackedK){.planes = 4, .n_subs = 8, .mins = 1, .k4 = 1};
     case TYPE_Q5_K: return (PackedK){.planes = 4 | 1, .n_subs = 8, .mins = 1, .k4 = 1};
     case TYPE_Q6_K: return (PackedK){.planes = 4 | 2, .n_subs = 16, .offset = 32, .six = 1};
@@ -5472,33 +5479,22 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 #if HAVE_AVX2
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
-// 1 if generation reads a K-type's block of quants in order: one plane,
-// Q6_K's three-vector sub-blocks, Q5_K's 1-bit plane and then its 4-bit
-// one; not Q3_K, whose first two sub-blocks go back and forth between its
-// 1-bit and 2-bit planes.
-static int k_in_order(PackedK f) { return f.planes != (2 | 1); }
-
-// How far ahead generation asks for a K-type's lines (prefetch_share):
-// prefetch_far_bytes, except on AMD Zen 4 (prefetch_zen4), where the
-// hardware prefetchers follow a block read in order, and not Q3_K's:
-// - read in order: PREFETCH_L1_BYTES, as the 32-value types. IQ4_XS, one
-//   thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB, 76%
-//   without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s: 87-94%
-//   at 2 KB, 71-83% two blocks ahead, 73-88% without. Q4_K in the AVX-512
-//   kernels asked for none from session 18 (then +3.6% against 2 KB, beside
-//   Q6_K's two planes at 4 KB); with every in-order type at 2 KB (session
-//   21, tl1b Q4_K_M, one process, alternating) 2 KB generated 6.7% faster
-//   than none at 52-62 GB/s (35 rounds, 74% -> 79% of the bandwidth), 4.3%
-//   at 33-37 GB/s, 5.8% on one thread; 1 KB and 3 KB lost 1.5% and 2.3%.
-// - Q3_K: two blocks of quants ahead (2 KB: tl1b Q3_K_M -1.3%). Measured
-//   on Q6_K while it had two planes (tl1b, 2 threads, one process,
-//   alternating): 6 KB against 4 KB +2.6% and against 9 KB +1.5%. Without
-//   requests, one thread read a third as fast (a 32000 x 2048 Q6_K
-//   product: 32% of the bandwidth, against 91%).
-static size_t k_prefetch_far(PackedK f) {
-    if (!prefetch_zen4) return prefetch_far_bytes;
-    return k_in_order(f) ? PREFETCH_L1_BYTES : (size_t)128 * k_lines(f);
-}
+// Generation asks for a K-type's lines prefetch_far_bytes ahead, as for
+// the 32-value types: each type's block of quants is read in order, one
+// stream, which on AMD Zen 4 the hardware prefetchers follow (2 KB there).
+// Measured on Zen 4 (tl1b, 2 threads, one process, alternating):
+// - IQ4_XS, one thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB,
+//   76% without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s:
+//   87-94% at 2 KB, 71-83% two blocks ahead, 73-88% without.
+// - Q4_K: 2 KB generated 6.7% faster than no requests at 52-62 GB/s (tl1b
+//   Q4_K_M, 35 rounds, 74% -> 79% of the bandwidth), 4.3% at 33-37 GB/s,
+//   5.8% on one thread; 1 KB and 3 KB lost 1.5% and 2.3% (session 21).
+// - Q3_K in three-vector runs: 2 KB against two blocks ahead +1.1% at
+//   44-55 GB/s (tl1b Q3_K_M, 56 rounds), +4% at 29-35 (4 rounds).
+// Two planes read side by side (Q3_K's, Q5_K's and Q6_K's before their
+// present layouts) were two streams, and wanted two blocks ahead: with
+// 2 KB, tl1b Q3_K_M lost 1.3%; without requests, a 32000 x 2048 Q6_K
+// product read 32% of the bandwidth on one thread, against 91%.
 #endif
 
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
@@ -5579,6 +5575,17 @@ static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *q
                 else for (int n = 0; n < 3; n++) p[64 * n] |= (uint8_t)(((q >> 2 * n) & 3) << 6);
                 continue;
             }
+            if (f.three) {
+                uint8_t *p = quants + 192 * (c / 8) + 4 * r + i;
+                int k = c % 8;
+                if (k < 6 && k % 2 == 0) p[64 * (k / 2)] = (uint8_t)q;
+                else if (k < 6) p[64 * (k / 2)] |= (uint8_t)(q << 3);
+                else {
+                    p[64 * (k - 6)] |= (uint8_t)((q & 3) << 6);
+                    p[128] |= (uint8_t)((q >> 2) << (k == 6 ? 6 : 7));
+                }
+                continue;
+            }
             if (f.planes & 4) {
                 uint8_t *p = quants + plane_start(f, 4) + 64 * (c % 32) + 4 * r + i;
                 *p = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*p | (q & 0xF) << 4);
@@ -5620,6 +5627,12 @@ static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) 
         const unsigned char *p = quants + 192 * (c / 4) + 4 * r + i;
         if (c % 4 < 3) return p[64 * (c % 4)] & 63;
         return p[0] >> 6 | (p[64] >> 6) << 2 | (p[128] >> 6) << 4;
+    }
+    if (f.three) {
+        const unsigned char *p = quants + 192 * (c / 8) + 4 * r + i;
+        int n = c % 8;
+        if (n < 6) return (p[64 * (n / 2)] >> (3 * (n % 2))) & 7;
+        return p[64 * (n - 6)] >> 6 | ((p[128] >> n) & 1) << 2;
     }
     if (f.planes & 4) {
         uint8_t byte = quants[plane_start(f, 4) + 64 * (c % 32) + 4 * r + i];
@@ -5715,6 +5728,13 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
         __m512i low = move_bits(_mm512_loadu_si512(v), 6, 0, 0x03), middle = move_bits(_mm512_loadu_si512(v + 64), 6, 2, 0x0C);
         return _mm512_or_si512(_mm512_or_si512(low, middle), move_bits(_mm512_loadu_si512(v + 128), 6, 4, 0x30));
     }
+    if (f.three) { // the two sub-blocks' three vectors (chunks 6 and 7 read vector 2 again, from L1)
+        const unsigned char *v = quants + 192 * (c / 8);
+        int k = c % 8;
+        if (k < 6) return move_bits(_mm512_loadu_si512(v + 64 * (k / 2)), 3 * (k % 2), 0, 0x07);
+        __m512i low = move_bits(_mm512_loadu_si512(v + 64 * (k - 6)), 6, 0, 0x03);
+        return _mm512_or_si512(low, move_bits(_mm512_loadu_si512(v + 128), k, 2, 0x04));
+    }
     if (f.planes & 4) {
         q = move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
@@ -5789,7 +5809,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = k_prefetch_far(f); // generation asks for lines this far ahead
+    size_t far = prefetch_far_bytes; // generation asks for lines this far ahead
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
@@ -6013,6 +6033,13 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
         __m256i middle = move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 64)), 6, 2, 0x0C);
         return _mm256_or_si256(_mm256_or_si256(low, middle), move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 128)), 6, 4, 0x30));
     }
+    if (f.three) {
+        const unsigned char *v = quants + 192 * (c / 8) + 32 * h;
+        int k = c % 8;
+        if (k < 6) return move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 64 * (k / 2))), 3 * (k % 2), 0, 0x07);
+        __m256i low = move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 64 * (k - 6))), 6, 0, 0x03);
+        return _mm256_or_si256(low, move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 128)), k, 2, 0x04));
+    }
     if (f.planes & 4) {
         q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 4) + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
         bits = 4;
@@ -6138,7 +6165,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = k_prefetch_far(f); // generation asks for lines this far ahead
+    size_t far = prefetch_far_bytes; // generation asks for lines this far ahead
     __m256 acc[2][PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
