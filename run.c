@@ -5403,8 +5403,10 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
      1-bit plane (512 bytes) 8 vectors, vector u holding chunk u + 8 s in bit s
      2-bit plane (1024 bytes) 16 vectors, vector u holding chunks u, u + 16,
             u + 32, u + 48 in bits 0-1, 2-3, 4-5, 6-7
-     4-bit plane (2048 bytes) 32 vectors, vector v holding chunk v in its
-            low nibbles and chunk v + 32 in its high ones
+     4-bit plane (2048 bytes) 32 vectors, vector 4s + i (i < 4) holding
+            chunk 8s + i in its low nibbles and chunk 8s + 4 + i in its
+            high ones (nibble_vector): a sub-block of 32 values in 4
+            vectors, read in order
    and a chunk's q is its planes' bits joined, the 4-bit plane's lowest,
    the 1-bit plane's highest (plane_start: why the smallest comes first).
    Q6_K instead keeps each four chunks 4s..4s+3 (a sub-block) in three
@@ -5475,6 +5477,18 @@ static int plane_start(PackedK f, int plane) {
 }
 static int meta_sc(PackedK f) { return f.mins ? 64 : 32; } // where k4 starts too
 static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
+
+// The 4-bit plane's vector holding chunk c, and whether in its high
+// nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
+// sub-blocks) in its own 4 vectors, so a block is read once, in order.
+// Chunk v and v + 32 in vector v, as before session 22, read the plane
+// twice, its first four sub-blocks taking every line. tl1b, 2 threads,
+// one process, alternating, medians: Q4_K_M generation +6.4% at 42-52
+// GB/s (34 rounds) and +1.6-2.4% at 24-42 (102 rounds), Q5_K_M +7.0% and
+// +6.5% (36 and 14 rounds); built for AVX2, Q4_K_M +4.0% and +1.4%;
+// prefill level (+0.7%; AVX2 +1.8%).
+static int nibble_vector(int c) { return 4 * (c / 8) + c % 4; }
+static int nibble_high(int c) { return c % 8 >= 4; }
 
 #if HAVE_AVX2
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
@@ -5587,8 +5601,8 @@ static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *q
                 continue;
             }
             if (f.planes & 4) {
-                uint8_t *p = quants + plane_start(f, 4) + 64 * (c % 32) + 4 * r + i;
-                *p = c < 32 ? (uint8_t)(q & 0xF) : (uint8_t)(*p | (q & 0xF) << 4);
+                uint8_t *p = quants + plane_start(f, 4) + 64 * nibble_vector(c) + 4 * r + i;
+                *p = nibble_high(c) ? (uint8_t)(*p | (q & 0xF) << 4) : (uint8_t)(q & 0xF);
             }
             if (f.planes & 2) {
                 uint8_t *p = quants + plane_start(f, 2) + 64 * (c % 16) + 4 * r + i;
@@ -5635,8 +5649,8 @@ static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) 
         return p[64 * (n - 6)] >> 6 | ((p[128] >> n) & 1) << 2;
     }
     if (f.planes & 4) {
-        uint8_t byte = quants[plane_start(f, 4) + 64 * (c % 32) + 4 * r + i];
-        q = c < 32 ? byte & 0xF : byte >> 4;
+        uint8_t byte = quants[plane_start(f, 4) + 64 * nibble_vector(c) + 4 * r + i];
+        q = nibble_high(c) ? byte >> 4 : byte & 0xF;
         bits = 4;
     }
     if (f.planes & 2) {
@@ -5736,7 +5750,7 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
         return _mm512_or_si512(low, move_bits(_mm512_loadu_si512(v + 128), k, 2, 0x04));
     }
     if (f.planes & 4) {
-        q = move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * (c % 32)), c < 32 ? 0 : 4, 0, 0x0F);
+        q = move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * nibble_vector(c)), nibble_high(c) ? 4 : 0, 0, 0x0F);
         bits = 4;
     }
     if (f.planes & 2) {
@@ -5764,17 +5778,20 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
         if (far) prefetch_share(quants, far, k_lines(f), j, f.n_subs);
-        // Q4_K's high nibbles (chunks 32-63) are multiplied where they lie,
-        // as 16 q (at most 240 * 128 * 32 a sum, far from overflow): the
-        // sub-block's sum, a multiple of 16, is divided back exactly, one
-        // shift where each chunk took one. Prefill +8%, generation unchanged
-        // (tl1b Q4_K_M, 2 threads, AMD).
-        int times_16 = f.planes == 4 && !f.lookup && n_chunks * j >= 32;
+        // In generation Q4_K's high nibbles (a sub-block's last four
+        // chunks) are multiplied where they lie, as 16 q (at most 240 * 128
+        // * 16 a sum, far from overflow), in a sum of their own: a multiple
+        // of 16, divided back exactly, one shift where each chunk took one
+        // (tl1b Q4_K_M, 2 threads, one process: +1.3% against shifting each
+        // chunk at fast memory, -1.6% at slow, within the spread). Prefill
+        // shifts each chunk: its tiles' second sums per position cost 3.4%.
+        int in_place = f.planes == 4 && !f.lookup && n_t == 1;
         __m512i w[8];
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++) {
             int c = n_chunks * j + i;
-            w[i] = times_16 ? move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * (c % 32)), 4, 4, 0xF0) : packed_k_chunk(quants, c, f);
+            w[i] = in_place && nibble_high(c) ? move_bits(_mm512_loadu_si512(quants + plane_start(f, 4) + 64 * nibble_vector(c)), 4, 4, 0xF0)
+                                              : packed_k_chunk(quants, c, f);
         }
         __m128i sc_bytes, m_bytes;
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
@@ -5782,11 +5799,14 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
         #pragma GCC unroll 8
         for (int t = 0; t < n_t; t++) {
             const BlockQ8_K *xt = x + (size_t)t * x_stride;
-            __m512i isum = _mm512_setzero_si512();
+            __m512i isum = _mm512_setzero_si512(), high = _mm512_setzero_si512(); // high: in_place's 16 q
             #pragma GCC unroll 8
-            for (int i = 0; i < n_chunks; i++)
-                isum = _mm512_dpbusd_epi32(isum, w[i], _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + len * j + 4 * i)));
-            if (times_16) isum = _mm512_srai_epi32(isum, 4);
+            for (int i = 0; i < n_chunks; i++) {
+                __m512i xi = _mm512_set1_epi32(read_i32((const unsigned char *)xt->qs + len * j + 4 * i));
+                if (in_place && nibble_high(n_chunks * j + i)) high = _mm512_dpbusd_epi32(high, w[i], xi);
+                else isum = _mm512_dpbusd_epi32(isum, w[i], xi);
+            }
+            if (in_place) isum = _mm512_add_epi32(isum, _mm512_srai_epi32(high, 4));
             int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
             if (f.offset) isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(f.offset * xsum));
             sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(isum, sc));
@@ -6041,7 +6061,7 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
         return _mm256_or_si256(low, move_bits_256(_mm256_loadu_si256((const __m256i *)(v + 128)), k, 2, 0x04));
     }
     if (f.planes & 4) {
-        q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 4) + 64 * (c % 32) + 32 * h)), c < 32 ? 0 : 4, 0, 0x0F);
+        q = move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + plane_start(f, 4) + 64 * nibble_vector(c) + 32 * h)), nibble_high(c) ? 4 : 0, 0, 0x0F);
         bits = 4;
     }
     if (f.planes & 2) {
