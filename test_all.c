@@ -39,6 +39,9 @@ enum { PATH_SIZE = 1024, DETAIL_SIZE = 2048 };
 
 static int n_passed, n_failed;
 static const char *shared = "../shared";
+// Where the shared helpers (cli, make_model, ...) put their scratch files: a
+// group running in a child process has its own (see main).
+static char tmp_dir[PATH_SIZE] = "build/tmp";
 
 // Prints one result line, "ok   name" or "FAIL name: detail", and counts it.
 // A passing test may also carry a detail (a measurement). Returns ok.
@@ -479,8 +482,9 @@ static int build_mkmodel(void) {
     if (mkmodel_state != 0) return mkmodel_state > 0 ? 0 : -1;
     char source[PATH_SIZE];
     shared_path(source, "tools/mkmodel.c");
-    char *argv[] = {"cc", "-O2", "-o", "build/mkmodel.tmp", source, NULL};
-    int status = spawn(argv, NULL, "build/tmp/mkmodel-cc.err", 120);
+    char *argv[] = {"cc", "-O2", "-o", "build/mkmodel.tmp", source, NULL}, err_path[PATH_SIZE];
+    format_text(err_path, sizeof err_path, "%s/mkmodel-cc.err", tmp_dir);
+    int status = spawn(argv, NULL, err_path, 120);
     if (status == 0 && rename("build/mkmodel.tmp", "build/mkmodel") == 0) mkmodel_state = 1;
     else mkmodel_state = -1;
     return mkmodel_state > 0 ? 0 : -1;
@@ -492,13 +496,14 @@ static int make_model(const char *name, const char *const args[], char *path) {
     format_text(path, PATH_SIZE, "build/models/%s.bin", name);
     if (file_exists(path)) return 0;
     if (build_mkmodel() != 0) return -1;
-    char tmp[PATH_SIZE];
+    char tmp[PATH_SIZE], err_path[PATH_SIZE];
     format_text(tmp, sizeof tmp, "build/models/%s.tmp", name);
+    format_text(err_path, sizeof err_path, "%s/mkmodel.err", tmp_dir);
     char *argv[32] = {"build/mkmodel", tmp};
     int n = 2;
     for (int i = 0; args[i] && n < 31; i++) argv[n++] = (char *)args[i];
     argv[n] = NULL;
-    if (spawn(argv, NULL, "build/tmp/mkmodel.err", 300) != 0) { remove(tmp); return -1; }
+    if (spawn(argv, NULL, err_path, 300) != 0) { remove(tmp); return -1; }
     return rename(tmp, path);
 }
 
@@ -3364,9 +3369,12 @@ static int run_program(CliResult *r, const char *in_path, char *const *command, 
     while (n < n_command) { argv[n] = command[n]; n++; }
     for (const char *a; (a = va_arg(args, const char *)) != NULL && n < 63;) argv[n++] = (char *)a;
     argv[n] = NULL;
-    r->status = spawn_input(argv, in_path, "build/tmp/cli.out", "build/tmp/cli.err", 120);
-    load_file("build/tmp/cli.out", &r->out);
-    load_file("build/tmp/cli.err", &r->err);
+    char out_path[PATH_SIZE], err_path[PATH_SIZE];
+    format_text(out_path, sizeof out_path, "%s/cli.out", tmp_dir);
+    format_text(err_path, sizeof err_path, "%s/cli.err", tmp_dir);
+    r->status = spawn_input(argv, in_path, out_path, err_path, 120);
+    load_file(out_path, &r->out);
+    load_file(err_path, &r->err);
     if (!r->out.data) r->out = (Bytes){strdup(""), 0};
     if (!r->err.data) r->err = (Bytes){strdup(""), 0};
     return r->status;
@@ -3586,18 +3594,19 @@ static void test_cli_tokenize(void) {
 // stdout. 0 ok; -1 with problem filled.
 static int cli_logits_error(const char *model, const char *case_dir, int vocab, double *worst, size_t *stdout_len,
                             char *problem, size_t size) {
-    char ids_path[PATH_SIZE], status[64], err[256];
+    char ids_path[PATH_SIZE], out_path[PATH_SIZE], status[64], err[256];
     LogitsCase c;
     *worst = INFINITY;
     if (load_logits_case(case_dir, vocab, &c, problem, size) != 0) return -1;
     format_text(ids_path, sizeof ids_path, "%s/ids.txt", case_dir);
-    remove("build/tmp/cli-logits.f32");
+    format_text(out_path, sizeof out_path, "%s/cli-logits.f32", tmp_dir);
+    remove(out_path);
     CliResult r;
-    cli(&r, model, "-m", "logits", "-f", ids_path, "-o", "build/tmp/cli-logits.f32", NULL);
+    cli(&r, model, "-m", "logits", "-f", ids_path, "-o", out_path, NULL);
     float *ours = NULL;
     size_t n_ours = 0;
     int err_status = 0;
-    if (r.status != 0 || load_floats("build/tmp/cli-logits.f32", &ours, &n_ours) != 0 ||
+    if (r.status != 0 || load_floats(out_path, &ours, &n_ours) != 0 ||
         n_ours != (size_t)c.n_ids * vocab) {
         err_status = set_problem(problem, size, "%s, stderr %s, output holds %zu floats, want %d rows of %d",
                                  status_text(r.status, status, sizeof status),
@@ -7217,7 +7226,65 @@ static void export_tests(void) {
 }
 
 /* ============================================================================
-   Main */
+   Main. export.py's tests spend most of their time in single-threaded
+   Python, so they run in a child process beside the others (with their own
+   scratch directory): their result lines go to a log, printed after the
+   others' lines, and their counts come back through a pipe. The child is
+   started before anything else, so it never inherits OpenMP's threads. */
+
+typedef struct {
+    const char *name;
+    pid_t pid;      // -1: the group ran in this process
+    int counts;     // the read end of the pipe: n_passed and n_failed
+    char log[PATH_SIZE];
+} ChildGroup;
+
+static void start_child_group(ChildGroup *c, const char *name, void (*group)(void)) {
+    int fds[2] = {-1, -1};
+    c->name = name;
+    c->pid = -1;
+    format_text(c->log, sizeof c->log, "build/tmp/%s.log", name);
+    fflush(stdout);
+    fflush(stderr);
+    if (pipe(fds) == 0 && fcntl(fds[0], F_SETFD, FD_CLOEXEC) == 0 && fcntl(fds[1], F_SETFD, FD_CLOEXEC) == 0)
+        c->pid = fork();
+    if (c->pid == 0) {
+        close(fds[0]);
+        format_text(tmp_dir, sizeof tmp_dir, "build/tmp/%s", name);
+        mkdir(tmp_dir, 0755);
+        if (!freopen(c->log, "w", stdout)) _exit(127);
+        n_passed = n_failed = 0;
+        group();
+        fflush(stdout);
+        int counts[2] = {n_passed, n_failed};
+        exit(write(fds[1], counts, sizeof counts) == (ssize_t)sizeof counts ? 0 : 1);
+    }
+    if (fds[1] >= 0) close(fds[1]);
+    c->counts = fds[0];
+    if (c->pid < 0) { // no pipe or no fork: run it here
+        if (fds[0] >= 0) close(fds[0]);
+        group();
+    }
+}
+
+static void finish_child_group(ChildGroup *c) {
+    if (c->pid < 0) return;
+    int counts[2], got = read(c->counts, counts, sizeof counts) == (ssize_t)sizeof counts;
+    close(c->counts);
+    int status = spawn_wait(c->pid);
+    Bytes log;
+    if (load_file(c->log, &log) == 0) {
+        fwrite(log.data, 1, log.len, stdout);
+        bytes_free(&log);
+    }
+    if (got) {
+        n_passed += counts[0];
+        n_failed += counts[1];
+    }
+    char name[128], text[64];
+    format_text(name, sizeof name, "%s, in a child process, ran to its end", c->name);
+    if (!got || status != 0) report(name, 0, "%s", status_text(status, text, sizeof text));
+}
 
 int main(int argc, char **argv) {
     if (argc > 1) shared = argv[1];
@@ -7232,6 +7299,9 @@ int main(int argc, char **argv) {
     if (!file_exists(readme)) report("shared directory", 0, "%s not found (pass the shared dir as argv[1])", readme);
 
     double start = seconds_now();
+    build_mkmodel(); // once, before the child, which would build it too
+    ChildGroup export;
+    start_child_group(&export, "export_tests", export_tests);
     tokenizer_tests();
     forward_tests();
     kernel_tests();
@@ -7247,7 +7317,7 @@ int main(int argc, char **argv) {
     rope_tests();
     template_tests();
     test_quantize_failure_leaves_nothing();
-    export_tests();
+    finish_child_group(&export);
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
     printf("%d passed, %d failed\n", n_passed, n_failed);
