@@ -6341,7 +6341,6 @@ static void product_group(float *const *outs, const Matrix *const *ms, int gi, c
    other. MAX_RUNS: more threads than that share out the groups as prefill
    does. */
 #define MAX_RUNS 64
-_Static_assert(MAX_RUNS <= BATCH, "each thread quantizes x into its own row of MatmulScratch");
 
 struct WorkRun {
     _Atomic uint64_t groups; // next << 32 | end: the groups next..end-1 are left
@@ -6401,11 +6400,20 @@ static int steal_groups(WorkRun *runs, int nt, int me) {
     }
 }
 
-// matmul_packed for one position: each thread quantizes x into its own
-// row of mm (the same bytes: no thread waits for another to start), then
-// works through its run of the total row groups.
+// matmul_packed for one position: x is quantized once, before the threads
+// start, and each thread works through its run of the total row groups.
+// Not once by each thread, as before: at fast memory our two vCPUs sit far
+// apart (a cache line's round trip between them 335 ns, against 54 ns at
+// slow memory), and the second thread had first to read all of x from the
+// first one's cache, then quantize it: 1.9 us against 0.7 before its
+// first group. tl1b Q4_K_M, 2 threads, one process, alternating:
+// generation +1.2% at 42-53 GB/s (259 rounds), +0.2% at slow memory (71).
 static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const float *x, int total, MatmulScratch *mm) {
-    int cols = ms[0]->cols, type = ms[0]->type, n_blocks = col_blocks(ms[0]), nt = threads_available();
+    int cols = ms[0]->cols, type = ms[0]->type, nt = threads_available();
+    ActBlock *xq = mm->act_blocks;
+    BlockQ8_K *xk = (BlockQ8_K *)mm->act;
+    if (type_traits[type].act_type == TYPE_Q8_K) quantize_padded(xk, x, cols, TYPE_Q8_K);
+    else quantize_act(xq, x, cols, type);
     start_runs(mm->runs, nt, total); // before the threads start: a thread may steal from one not yet started
     #pragma omp parallel
     {
@@ -6413,10 +6421,6 @@ static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const
 #ifdef _OPENMP
         me = omp_get_thread_num();
 #endif
-        ActBlock *xq = mm->act_blocks + (size_t)me * n_blocks;
-        BlockQ8_K *xk = (BlockQ8_K *)mm->act + (size_t)me * n_blocks;
-        if (type_traits[type].act_type == TYPE_Q8_K) quantize_padded(xk, x, cols, TYPE_Q8_K);
-        else quantize_act(xq, x, cols, type);
         do {
             for (int first, taken; (taken = take_groups(&mm->runs[me], &first)) > 0;)
                 for (int gi = first; gi < first + taken; gi++) product_group(outs, ms, gi, xq, xk, NULL, 1);
@@ -6478,8 +6482,7 @@ static void matmul_packed(float *const *outs, const Matrix *const *ms, int count
                        packed integer kernels (packed_simd: AVX2 or
                        AVX-512 VNNI, every quantized type): repacked at
                        load; matrices that share x (wq wk wv; w1 w3) run in
-                       one parallel region with x quantized once (in
-                       generation, once by each thread)
+                       one parallel region with x quantized once
         KERNEL_F32     F32: dot_f32 per row for one position, register
                        tiles (matmat_f32) for a block of positions
         KERNEL_ROWS    any type: x converted once to the type's act_type,
