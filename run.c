@@ -5009,6 +5009,7 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
+static unsigned char prefetch_skip[TYPE_COUNT]; // 1: the type's kernels leave it to the hardware prefetchers
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
@@ -5021,6 +5022,7 @@ static void choose_prefetch(void) {
             prefetch_burst = 1;
         } else {
             prefetch_far_bytes = PREFETCH_L1_BYTES;
+            prefetch_skip[TYPE_Q4_K] = 1; // see the packed K-quants' requests ahead
         }
     }
 }
@@ -5493,16 +5495,21 @@ static int nibble_high(int c) { return c % 8 >= 4; }
 #if HAVE_AVX2
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
-// Generation asks for a K-type's lines prefetch_far_bytes ahead, as for
-// the 32-value types: each type's block of quants is read in order, one
+// Generation asks for a K-type's lines prefetch_far_bytes ahead (unless
+// prefetch_skip says not to), as for the 32-value types: each type's block of quants is read in order, one
 // stream, which on AMD Zen 4 the hardware prefetchers follow (2 KB there).
 // Measured on Zen 4 (tl1b, 2 threads, one process, alternating):
 // - IQ4_XS, one thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB,
 //   76% without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s:
 //   87-94% at 2 KB, 71-83% two blocks ahead, 73-88% without.
-// - Q4_K: 2 KB generated 6.7% faster than no requests at 52-62 GB/s (tl1b
-//   Q4_K_M, 35 rounds, 74% -> 79% of the bandwidth), 4.3% at 33-37 GB/s,
-//   5.8% on one thread; 1 KB and 3 KB lost 1.5% and 2.3% (session 21).
+// - Q4_K asks for nothing (prefetch_skip): since its 4-bit plane is read
+//   in order (session 22) the hardware prefetchers keep up alone, and the
+//   requests only cost. Against 2 KB, tl1b Q4_K_M, only Q4_K's switched
+//   (session 26): +6.4% at 42-50 GB/s (242 rounds; 84.5% -> 90.5% of the
+//   bandwidth), +9.4% on one thread (104), AVX2 build +4.6% (107), level
+//   at slow memory. The same switch lost for Q5_K (-2.0%), Q3_K (-0.7%)
+//   and Q6_K (-4%), and Q2_K was level (+0.6%). (Session 21, with the
+//   plane read out of order, had 2 KB 6.7% ahead of none.)
 // - Q3_K in three-vector runs: 2 KB against two blocks ahead +1.1% at
 //   44-55 GB/s (tl1b Q3_K_M, 56 rounds), +4% at 29-35 (4 rounds).
 // Two planes read side by side (Q3_K's, Q5_K's and Q6_K's before their
@@ -5862,7 +5869,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = prefetch_far_bytes; // generation asks for lines this far ahead
+    size_t far = prefetch_skip[m->type] ? 0 : prefetch_far_bytes; // generation asks for lines this far ahead
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
@@ -6218,7 +6225,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = prefetch_far_bytes; // generation asks for lines this far ahead
+    size_t far = prefetch_skip[m->type] ? 0 : prefetch_far_bytes; // generation asks for lines this far ahead
     __m256 acc[2][PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
