@@ -5007,10 +5007,10 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // generated 18% faster at 42-50 GB/s (167 rounds, 81% -> 96% of the
 // bandwidth), 1.3% at slow memory (128), 18% on one thread (77), where
 // Q4_0 lost 7.8% (177) and 4.5% (74) without them, and Q8_0 built for
-// AVX2 8.8% (113) and 4.1% (39) (session 26). The K-quants read their blocks in order too, and ask
-// the same distance ahead, but Q4_K (see the packed K-quants' layout).
-// choose_prefetch sets these once, at load, with the K-quants'
-// prefetch_burst (see prefetch_share).
+// AVX2 8.8% (113) and 4.1% (39) (session 26). The K-quants read their
+// blocks in order too, and all but Q4_K ask the same distance ahead (see
+// the packed K-quants' layout). choose_prefetch sets these once, at load,
+// with the K-quants' prefetch_burst (see prefetch_share).
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
@@ -5506,8 +5506,9 @@ static int nibble_high(int c) { return c % 8 >= 4; }
 static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
 // Generation asks for a K-type's lines prefetch_far_bytes ahead (unless
-// prefetch_skip says not to), as for the 32-value types: each type's block of quants is read in order, one
-// stream, which on AMD Zen 4 the hardware prefetchers follow (2 KB there).
+// prefetch_skip says not to), as for the 32-value types: each type's
+// block of quants is read in order, one stream, which on AMD Zen 4 the
+// hardware prefetchers follow (2 KB there).
 // Measured on Zen 4 (tl1b, 2 threads, one process, alternating):
 // - IQ4_XS, one thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB,
 //   76% without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s:
