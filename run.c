@@ -5035,14 +5035,19 @@ static void choose_prefetch(void) {
     }
 }
 
+// How far ahead a type's generation kernels ask for lines; 0: not at all.
+static size_t prefetch_distance(int type) { return prefetch_skip[type] ? 0 : prefetch_far_bytes; }
+
 // The line far bytes past p, and the one PREFETCH_L1_BYTES past it into L1
 // (a prefetch never faults; the callers stop at about the matrix's end).
 // Where far is PREFETCH_L1_BYTES (Zen 4) both name the same line, and both
-// are kept: with the second left out, Q6_K generated 4.3% slower (tl1b, 2
-// threads, alternating in one process, 17 rounds at fast memory), and Q4_0
-// and Q8_0 were level. Always inlined, like prefetch_ahead: a call that
-// only prefetches has no effect GCC must keep. The hint is an immediate,
-// hence the branch (the same way every time: free).
+// are kept. tl1b Q6_K, 2 threads, alternating in one process, 42 GB/s and
+// up (session 27): the second alone -4.1% (143 rounds), the first alone
+// -5.3% (115), PREFETCHT1 for the first level (+0.4%, 226), the second
+// at every other line -1.3% (153), both at every other line -16% (36);
+// 1.5 KB and 2.5 KB ahead level. Always inlined, like prefetch_ahead: a
+// call that only prefetches has no effect GCC must keep. The hint is an
+// immediate, hence the branch (the same way every time: free).
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p, size_t far) {
     if (prefetch_far_nta) _mm_prefetch((const char *)p + far, _MM_HINT_NTA);
     else _mm_prefetch((const char *)p + far, _MM_HINT_T1);
@@ -5054,9 +5059,9 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
 // per block).
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes,
                                                                   int type) {
-    if (prefetch_skip[type]) return;
-    for (const unsigned char *p = quants; p < quants + block_bytes && p + prefetch_far_bytes < end; p += 64)
-        prefetch_line(p, prefetch_far_bytes);
+    size_t far = prefetch_distance(type);
+    if (far == 0) return;
+    for (const unsigned char *p = quants; p < quants + block_bytes && p + far < end; p += 64) prefetch_line(p, far);
 }
 
 // The K-quants' requests far ahead at sub-block j of n_subs, for the lines
@@ -5880,7 +5885,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = prefetch_skip[m->type] ? 0 : prefetch_far_bytes; // generation asks for lines this far ahead
+    size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
         size_t gb = (size_t)g * n_blocks + b;
         const unsigned char *quants = packed_quants(m, gb);
@@ -6236,7 +6241,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
-    size_t far = prefetch_skip[m->type] ? 0 : prefetch_far_bytes; // generation asks for lines this far ahead
+    size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
     __m256 acc[2][PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
