@@ -5054,12 +5054,11 @@ static inline __attribute__((always_inline)) void prefetch_line(const unsigned c
     _mm_prefetch((const char *)p + PREFETCH_L1_BYTES, _MM_HINT_T0);
 }
 
-// The lines ahead of the block_bytes at quants (the block being computed);
-// end: the end of the matrix's quants (computed once per call: this runs
-// per block).
+// The lines far bytes ahead of the block_bytes at quants (the block being
+// computed; far 0: none); end: the end of the matrix's quants. Both are
+// computed once per call: this runs per block.
 static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned char *quants, const unsigned char *end, size_t block_bytes,
-                                                                  int type) {
-    size_t far = prefetch_distance(type);
+                                                                  size_t far) {
     if (far == 0) return;
     for (const unsigned char *p = quants; p < quants + block_bytes && p + far < end; p += 64) prefetch_line(p, far);
 }
@@ -5184,6 +5183,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
     size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
     for (int t = 0; t < n; t++) { // one position at a time (generation, and a tile's leftovers)
         __m512 acc = _mm512_setzero_ps();
         const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks);
@@ -5191,7 +5191,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
             size_t gb = (size_t)g * n_blocks + b;
             const ActBlock *xb = x + (size_t)t * n_blocks + b;
             __m512i w[8], sum = _mm512_setzero_si512();
-            if (t == 0) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes, m->type);
+            if (t == 0) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes, far);
             load_group_block(w, packed_quants(m, gb), m->type);
             for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)xb->q + 4 * j)));
             acc = group_block_end(acc, sum, group_halves(meta), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
@@ -5313,10 +5313,11 @@ static inline __attribute__((always_inline)) void packed_tile_as(float *out, siz
     size_t quant_bytes = type_traits[type].packed_bytes, meta_bytes = type_traits[type].packed_meta_bytes;
     const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks), *meta = packed_meta(m, (size_t)g * n_blocks);
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
+    size_t far = prefetch_distance(type); // generation asks for lines this far ahead (0: none)
     __m256 acc[2][PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (int b = 0; b < n_blocks; b++, quants += quant_bytes, meta += meta_bytes) {
-        if (n_t == 1) prefetch_ahead(quants, end, quant_bytes, type);
+        if (n_t == 1) prefetch_ahead(quants, end, quant_bytes, far);
         for (int h = 0; h < 2; h++) {
             __m256i sum[PACKED_TOKENS];
             packed_half_sums(sum, quants, h, x + b, (size_t)n_blocks, n_t, type);
