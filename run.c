@@ -4810,7 +4810,9 @@ static size_t packed_size(const Matrix *m) {
 }
 
 // Block gb = g * col_blocks + b: its quants, and its 16 rows' scales (all
-// quants come first, then all scales).
+// quants come first, then all scales, so a thread reads two streams: with
+// each block's scales beside its quants, one stream, tl1b Q6_K generated
+// 5-22% slower on Zen 4; BENCHMARKS.md, session 28).
 static const unsigned char *packed_quants(const Matrix *m, size_t gb) {
     return m->packed + gb * type_traits[m->type].packed_bytes;
 }
@@ -4973,44 +4975,32 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 
 #if HAVE_AVX2
 
-// Generation reads each weight once, in order, and while a core computes,
-// the hardware prefetchers fall behind: the kernels ask for each line of
-// quants twice ahead of the block they compute, about a block's worth of
-// lines per block: prefetch_far_bytes ahead (from memory), and
+// Generation reads each weight once, in order, and while a core computes
+// the hardware prefetchers can fall behind: the kernels ask for each line
+// of quants ahead of the block they compute, a block's worth of lines per
+// block, twice: prefetch_far_bytes ahead (from memory) and
 // PREFETCH_L1_BYTES ahead into L1 (from wherever the first request put
-// it, so the loads themselves do not wait). Measured on tl1b, 2 threads,
-// tok/s: the far request alone, Q4_K_M 37.6 -> 42, Q6_K 30.4 -> 33.3, Q4_0
-// 38.5 -> 43.7 (the L1 one alone: no gain); both, the matrix products alone
-// of Q4_K_M 40.5-40.9 -> 45.2 (a 1 GB Q4_K matrix: 25.3-26.2 -> 29.0-29.5 GB/s).
+// it), so the loads themselves do not wait. tl1b Q4_K_M, 2 threads: 37.6
+// -> 45 tok/s (BENCHMARKS.md, session 8).
 #define PREFETCH_L1_BYTES 2048
 
-// The far request depends on the machine (BENCHMARKS.md, sessions 9 and
-// 11). On Intel Sapphire Rapids (our 2 threads an SMT pair of one core)
-// 4 KB ahead into L2 (PREFETCHT1) is best, and 8-16 KB lose 4-5%. On AMD
-// Zen 4 (2 cores) PREFETCHT1 is at times dropped (others have measured
-// that too); PREFETCHNTA (in AMD's guides, a fill of L1 that is not kept in
-// L2 afterwards) 8 KB ahead generated faster than PREFETCHT1 12 KB ahead:
-// tl1b, 2 threads, Q4_K_M +7%, Q6_K +2%, Q8_0 and Q4_0 +10%. While the
-// K-quants asked for a block's lines in one burst (until prefetch_share),
-// the best distance followed the memory's speed, which on these machines
-// switches by the minute: at 50 GB/s 4 KB beat 8 KB (Q4_K_M +3.4%, Q8_0
-// +2.6%, Q4_0 +2.7%) and 6 KB (+1.4%); at 75 GB/s 4 KB lost to 8 KB
-// (Q4_K_M -2.2%, Q8_0 -1.6%) and 6 KB matched it (Q4_K_M +0.5%, Q6_K
-// -0.2%, Q8_0 +1.4%, Q4_0 -1.1%). 6 KB, then, on Zen 5. On Zen 4
-// (session 19) 2 KB, where both requests name the same line, beat 6 KB
-// by far: tl1b, 2 threads, one process, alternating, Q8_0 +14%, Q4_0
-// +11% at 58-62 GB/s (Q4_0 +10% at 35), and 1 KB, 1.5 KB and 3 KB lost
-// 15%, 7% and 7% to it; one thread, a 32000 x 2048 product read 89-100%
-// of the measured bandwidth, where 6 KB read 76-89%, for each of the six
-// 32-value types. Q8_0's AVX-512 kernel on Zen 4 asks for nothing
-// (prefetch_skip): against 2 KB, only its requests switched, tl1b Q8_0
-// generated 18% faster at 42-50 GB/s (167 rounds, 81% -> 96% of the
-// bandwidth), 1.3% at slow memory (128), 18% on one thread (77), where
-// Q4_0 lost 7.8% (177) and 4.5% (74) without them, and Q8_0 built for
-// AVX2 8.8% (113) and 4.1% (39) (session 26). The K-quants read their
-// blocks in order too, and all but Q4_K ask the same distance ahead (see
-// the packed K-quants' layout). choose_prefetch sets these once, at load,
-// with the K-quants' prefetch_burst (see prefetch_share).
+// The far request depends on the machine (BENCHMARKS.md, sessions 9-28;
+// tl1b generation, 2 threads):
+// - Intel Sapphire Rapids (our 2 threads an SMT pair of one core):
+//   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%.
+// - AMD Zen 5: PREFETCHNTA (in AMD's guides, a fill of L1 not kept in L2
+//   afterwards; Zen drops PREFETCHT1 at times) 6 KB ahead, the K-quants
+//   a block's lines in one burst (prefetch_share). The best distance
+//   followed the memory's speed, which switches by the minute: 4 KB won
+//   at 50 GB/s, 8 KB at 75, and 6 KB came within 1.4% of the better at both.
+// - AMD Zen 4: PREFETCHNTA 2 KB ahead, where both requests name the same
+//   line: against 6 KB, Q8_0 +14% and Q4_0 +11%; 1, 1.5 and 3 KB lose
+//   7-15%. Q4_K and Q8_0's AVX-512 kernel ask for nothing (prefetch_skip):
+//   the hardware prefetchers keep up with them alone and the requests only
+//   cost (+6.4% and +18% at fast memory without them). The other types
+//   keep theirs: without them they lost up to 11% (Q5_0), and none gained
+//   at both speeds (IQ4_XS +2% fast, -3.8% slow; Q2_K level).
+// choose_prefetch sets these once, at load.
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
@@ -5040,12 +5030,9 @@ static size_t prefetch_distance(int type) { return prefetch_skip[type] ? 0 : pre
 
 // The line far bytes past p, and the one PREFETCH_L1_BYTES past it into L1
 // (a prefetch never faults; the callers stop at about the matrix's end).
-// Where far is PREFETCH_L1_BYTES (Zen 4) both name the same line, and both
-// are kept. tl1b Q6_K, 2 threads, alternating in one process, 42 GB/s and
-// up (session 27): the second alone -4.1% (143 rounds), the first alone
-// -5.3% (115), PREFETCHT1 for the first level (+0.4%, 226), the second
-// at every other line -1.3% (153), both at every other line -16% (36);
-// 1.5 KB and 2.5 KB ahead level. Always inlined, like prefetch_ahead: a
+// Where far is PREFETCH_L1_BYTES (Zen 4) both name the same line, and each
+// is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
+// every other line (session 27). Always inlined, like prefetch_ahead: a
 // call that only prefetches has no effect GCC must keep. The hint is an
 // immediate, hence the branch (the same way every time: free).
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p, size_t far) {
@@ -5066,13 +5053,9 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 // The K-quants' requests far ahead at sub-block j of n_subs, for the lines
 // of a block's quants (the callers stop at about the matrix's end): a share
 // with each sub-block, or with prefetch_burst all at the first. The burst
-// streamed more on the AMD machines of sessions 13-17 (Zen 5, to judge by
-// sessions 16-17's AVX-VNNI): tl1b generation, both 8 KB ahead, Q4_K_M
-// +4.4% at 50 GB/s and +1.1% at 72-75, Q6_K +2.5% at 50. On Zen 4
-// (session 18) the burst's 64 to 96 requests (Q4_K, Q6_K) left the
-// kernels waiting on memory: a 32000 x 2048 Q6_K product, 1 thread, read
-// 40% of the measured bandwidth with it and 96-99% spread; tl1b Q4_K_M, 2
-// threads, generated 34 tok/s with it and 59-63 spread (50-51 GB/s).
+// streamed more on Zen 5 (tl1b Q4_K_M +4.4% at 50 GB/s); on Zen 4 its 64
+// to 96 requests at once left the kernels waiting on memory (tl1b Q4_K_M
+// 34 tok/s with it, 59-63 spread; session 18).
 static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
     for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
@@ -5514,25 +5497,15 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 // Generation asks for a K-type's lines prefetch_far_bytes ahead (unless
 // prefetch_skip says not to), as for the 32-value types: each type's
 // block of quants is read in order, one stream, which on AMD Zen 4 the
-// hardware prefetchers follow (2 KB there).
-// Measured on Zen 4 (tl1b, 2 threads, one process, alternating):
-// - IQ4_XS, one thread: 80% of the bandwidth two blocks ahead, 88% at 2 KB,
-//   76% without; Q6_K, 2 threads, a 32000 x 2048 product at 47-53 GB/s:
-//   87-94% at 2 KB, 71-83% two blocks ahead, 73-88% without.
-// - Q4_K asks for nothing (prefetch_skip): since its 4-bit plane is read
-//   in order (session 22) the hardware prefetchers keep up alone, and the
-//   requests only cost. Against 2 KB, tl1b Q4_K_M, only Q4_K's switched
-//   (session 26): +6.4% at 42-50 GB/s (242 rounds; 84.5% -> 90.5% of the
-//   bandwidth), +9.4% on one thread (104), AVX2 build +4.6% (107), level
-//   at slow memory. The same switch lost for Q5_K (-2.0%), Q3_K (-0.7%)
-//   and Q6_K (-4%), and Q2_K was level (+0.6%). (Session 21, with the
-//   plane read out of order, had 2 KB 6.7% ahead of none.)
-// - Q3_K in three-vector runs: 2 KB against two blocks ahead +1.1% at
-//   44-55 GB/s (tl1b Q3_K_M, 56 rounds), +4% at 29-35 (4 rounds).
-// Two planes read side by side (Q3_K's, Q5_K's and Q6_K's before their
-// present layouts) were two streams, and wanted two blocks ahead: with
-// 2 KB, tl1b Q3_K_M lost 1.3%; without requests, a 32000 x 2048 Q6_K
-// product read 32% of the bandwidth on one thread, against 91%.
+// hardware prefetchers follow (2 KB there; a Q6_K product read 87-94% of
+// the bandwidth at 2 KB, 71-83% two blocks ahead, 73-88% without). Q4_K
+// asks for nothing: since its 4-bit plane is read in order (session 22)
+// the prefetchers keep up with it alone (tl1b Q4_K_M +6.4% at fast
+// memory, 84.5% -> 90.5% of the bandwidth; session 26); the same switch
+// lost 0.7-4% for Q3_K, Q5_K and Q6_K. Two planes read side by side (the
+// layouts before Q3_K's, Q5_K's and Q6_K's present ones) were two streams:
+// without requests, a Q6_K product read 32% of the bandwidth on one
+// thread, against 91% now.
 #endif
 
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
