@@ -5420,9 +5420,8 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    bits 0-2 and 3-5 of vector n (n < 3); chunk 8s + 6's low two bits in the
    top of vector 0, chunk 8s + 7's in the top of vector 1, and their third
    bits in bits 6 and 7 of vector 2: eight chunks in 19 operations, where
-   the planes took about 36, and one stream (tl1b Q3_K_M generation, one
-   process, alternating: +1.8% at 44-55 GB/s, 44 rounds; -1.6% at 29-35,
-   16 rounds, within their spread).
+   the planes took about 36, and one stream (tl1b Q3_K_M generation +1.8%
+   at fast memory, level at slow; BENCHMARKS.md, session 22).
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -5466,8 +5465,7 @@ static PackedK packed_k_format(int type) {
 // Where each plane starts in a super-block's quants, the smallest first,
 // and where the scale bytes start in its meta. Q5_K's first sub-block reads
 // all of its 1-bit plane: stored first, the block is read in order, one
-// stream (tl1b Q5_K_M generation +4.9% against the 4-bit plane first, 24
-// rounds at 54-60 GB/s; Q3_K_M level).
+// stream (tl1b Q5_K_M generation +4.9% against the 4-bit plane first).
 static int plane_start(PackedK f, int plane) {
     int at = 0;
     if (plane == 1) return at;
@@ -5483,11 +5481,9 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 // nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
 // sub-blocks) in its own 4 vectors, so a block is read once, in order.
 // Chunk v and v + 32 in vector v, as before session 22, read the plane
-// twice, its first four sub-blocks taking every line. tl1b, 2 threads,
-// one process, alternating, medians: Q4_K_M generation +6.4% at 42-52
-// GB/s (34 rounds) and +1.6-2.4% at 24-42 (102 rounds), Q5_K_M +7.0% and
-// +6.5% (36 and 14 rounds); built for AVX2, Q4_K_M +4.0% and +1.4%;
-// prefill level (+0.7%; AVX2 +1.8%).
+// twice, its first four sub-blocks taking every line: tl1b generation is
+// 6-7% faster this way at fast memory (Q4_K_M, Q5_K_M), 2% at slow;
+// prefill level.
 static int nibble_vector(int c) { return 4 * (c / 8) + c % 4; }
 static int nibble_high(int c) { return c % 8 >= 4; }
 
@@ -5766,10 +5762,8 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
 // Q4_K's and Q5_K's eight sub-blocks' scales and mins at once: packed_k_scales'
 // steps on 512 bits, sub-block j's 16 bytes in 128-bit lane j % 4 of sc[j / 4]
 // and m[j / 4]. About 26 operations a block (with taking out the lanes)
-// where one sub-block at a time took about 64. tl1b Q4_K_M generation, 2
-// threads, one process, alternating every 32 tokens, medians: +1.5% at
-// 42-56 GB/s (136 rounds, quartiles -2.0% and +4.8%), -0.3% at 26-42 (84
-// rounds): the cores' own work counts when the memory is fast.
+// where one sub-block at a time took about 64: tl1b Q4_K_M generation
+// +1.5% at fast memory, level at slow (session 23).
 static inline __attribute__((always_inline)) void k4_scales_all(__m512i sc[2], __m512i m[2], const unsigned char *k4) {
     __m512i a = _mm512_loadu_si512(k4), b = _mm512_loadu_si512(k4 + 64), c = _mm512_loadu_si512(k4 + 128);
     __m512i six_bits = _mm512_set1_epi8(63), low_four = _mm512_set1_epi8(15), bits_4_5 = _mm512_set1_epi8(0x30);
@@ -6329,9 +6323,8 @@ static void product_group(float *const *outs, const Matrix *const *ms, int gi, c
    the longest run left into its own, and goes on there: on a shared machine
    two threads do not run equally fast, and this way neither idles while
    more than a group is left, without cutting the streams short. Against
-   OpenMP's dynamic schedule in turns of a quarter of the groups (tl1b, 2
-   threads, in-process A/B, medians of 41-61 rounds): generation +2-3% on
-   Q4_K_M, Q8_0 and Q4_0, +0.6% on Q6_K.
+   OpenMP's dynamic schedule in turns of a quarter of the groups, tl1b
+   generation (2 threads) +2-3% on Q4_K_M, Q8_0 and Q4_0, +0.6% on Q6_K.
    A run is one word, next << 32 | end, so that its owner taking a group
    from the front and a thief cutting off the back change it with one
    compare-and-swap. One cache line each, so that owners do not slow each
@@ -6403,8 +6396,7 @@ static int steal_groups(WorkRun *runs, int nt, int me) {
 // apart (a cache line's round trip between them 335 ns, against 54 ns at
 // slow memory), and the second thread had first to read all of x from the
 // first one's cache, then quantize it: 1.9 us against 0.7 before its
-// first group. tl1b Q4_K_M, 2 threads, one process, alternating:
-// generation +1.2% at 42-53 GB/s (259 rounds), +0.2% at slow memory (71).
+// first group. tl1b Q4_K_M generation +1.2% at fast memory, level at slow.
 static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const float *x, int total, MatmulScratch *mm) {
     int cols = ms[0]->cols, type = ms[0]->type, nt = threads_available();
     ActBlock *xq = mm->act_blocks;
