@@ -5055,7 +5055,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 // with each sub-block, or with prefetch_burst all at the first. The burst
 // streamed more on Zen 5 (tl1b Q4_K_M +4.4% at 50 GB/s); on Zen 4 its 64
 // to 96 requests at once left the kernels waiting on memory (tl1b Q4_K_M
-// 34 tok/s with it, 59-63 spread; session 18).
+// 34 tok/s with the burst, 59-63 with the requests spread; session 18).
 static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
     for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
@@ -5481,9 +5481,9 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 // nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
 // sub-blocks) in its own 4 vectors, so a block is read once, in order.
 // Chunk v and v + 32 in vector v, as before session 22, read the plane
-// twice, its first four sub-blocks taking every line: tl1b generation is
-// 6-7% faster this way at fast memory (Q4_K_M, Q5_K_M), 2% at slow;
-// prefill level.
+// twice, its first four sub-blocks taking every line. tl1b generation
+// this way: Q4_K_M +6.4% at fast memory and about +2% at slow, Q5_K_M
+// +7% at both; prefill level.
 static int nibble_vector(int c) { return 4 * (c / 8) + c % 4; }
 static int nibble_high(int c) { return c % 8 >= 4; }
 
