@@ -1490,15 +1490,17 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
     int *history = malloc((size_t)(steps + 1) * sizeof(int));
     if (!history) { free(tokens); return fail("out of memory"); }
 
-    // the prompt in blocks (positions 0..n_prompt-1), then echoed
+    // the prompt in blocks (positions 0..n_prompt-1), then echoed: from its
+    // first token when the tokenizer adds no BOS (Qwen 2), decoded as if
+    // after BOS (SentencePiece drops the first piece's leading space)
     TextOut text = {.out = out};
     double start = now_seconds();
     float *logits = forward_batch(t, tokens, n_prompt, 0, NULL);
     double prompt_done = now_seconds();
     memcpy(history, tokens, (size_t)n_prompt * sizeof(int));
-    for (int i = 1; i < n_prompt; i++) {
+    for (int i = 0; i < n_prompt; i++) {
         size_t len;
-        const char *piece = decode(tk, tokens[i - 1], tokens[i], &len);
+        const char *piece = decode(tk, i > 0 ? tokens[i - 1] : tk->bos_id, tokens[i], &len);
         text_put(&text, piece, len);
     }
     fflush(out);

@@ -6206,6 +6206,34 @@ static void rope_tests(void) {
     }
 }
 
+// generate echoes the whole prompt, as typed, before what it generates:
+// with BOS or without (Qwen 2 adds none: its first token is text), and
+// SentencePiece's first piece without its leading space.
+static void test_generate_echoes_prompt(void) {
+    static const char *const cases[][3] = { // model, tokenizer (NULL: its own), prompt
+        {"models/stories260K/stories260K.bin", "models/stories260K/tok512.bin", "Once upon a time, Lily"},
+        {"models/gguf/l3tiny.q8_0.gguf", NULL, "Hello world, this is"},
+        {"models/gguf/qwtiny.q8_0.gguf", NULL, "Hello world, this is"},
+        {"models/gguf/qwtiny.q8_0.gguf", NULL, "Hi"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160], model[PATH_SIZE], tok[PATH_SIZE], status[64], got[256];
+        format_text(name, sizeof name, "cli: generate echoes the prompt \"%s\" whole (%s)", cases[i][2], cases[i][0]);
+        shared_path(model, cases[i][0]);
+        CliResult r;
+        if (cases[i][1]) {
+            shared_path(tok, cases[i][1]);
+            cli(&r, model, "-z", tok, "-i", cases[i][2], "-n", "12", "-t", "0", NULL);
+        } else {
+            cli(&r, model, "-i", cases[i][2], "-n", "12", "-t", "0", NULL);
+        }
+        size_t len = strlen(cases[i][2]);
+        report(name, r.status == 0 && r.out.len > len && !memcmp(r.out.data, cases[i][2], len), "%s, stdout %s",
+               status_text(r.status, status, sizeof status), quoted(r.out.data, r.out.len, got, sizeof got));
+        cli_free(&r);
+    }
+}
+
 static void eog_tests(void) {
     static const char *const llama3_stop[] = {"<|eot_id|>", "<|end_of_text|>", "<|begin_of_text|>", NULL};
     static const char *const llama3_go[] = {"<|start_header_id|>", "<|end_header_id|>", "Hello", NULL};
@@ -6214,6 +6242,7 @@ static void eog_tests(void) {
     test_eog_tokens("llama3_", llama3_stop, llama3_go);
     test_eog_tokens("qwen2_", qwen2_stop, qwen2_go);
     test_generation_stops_at_eog();
+    test_generate_echoes_prompt();
 }
 
 /* ============================================================================
