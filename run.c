@@ -1462,7 +1462,12 @@ static int *encode_new(Tokenizer *tk, const char *text, size_t len, int *n_token
 // encode_new for a prompt the model is to run: it may not be empty.
 static int *encode_prompt(Tokenizer *tk, const char *text, size_t len, int *n_tokens) {
     int *tokens = encode_new(tk, text, len, n_tokens);
-    if (tokens && *n_tokens == 0) { free(tokens); fail("the prompt is empty and the tokenizer adds no BOS"); return NULL; }
+    if (tokens && *n_tokens == 0) {
+        free(tokens);
+        fail("the prompt is empty and this model's tokenizer adds no BOS, so there is nothing to start from: "
+             "give a prompt with -i or -f");
+        return NULL;
+    }
     return tokens;
 }
 

@@ -6234,6 +6234,19 @@ static void test_generate_echoes_prompt(void) {
     }
 }
 
+// Without BOS an empty prompt leaves nothing to run: refused in one line
+// that says what to give, exit 1, nothing generated.
+static void test_generate_empty_prompt_no_bos(void) {
+    const char *name = "cli: generate with an empty prompt on a model without BOS (qwtiny) is refused, naming -i";
+    char model[PATH_SIZE], status[64], err[256];
+    shared_path(model, "models/gguf/qwtiny.q8_0.gguf");
+    CliResult r;
+    cli(&r, model, "-n", "5", "-t", "0", NULL);
+    report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, "-i"),
+           "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+}
+
 static void eog_tests(void) {
     static const char *const llama3_stop[] = {"<|eot_id|>", "<|end_of_text|>", "<|begin_of_text|>", NULL};
     static const char *const llama3_go[] = {"<|start_header_id|>", "<|end_header_id|>", "Hello", NULL};
@@ -6243,6 +6256,7 @@ static void eog_tests(void) {
     test_eog_tokens("qwen2_", qwen2_stop, qwen2_go);
     test_generation_stops_at_eog();
     test_generate_echoes_prompt();
+    test_generate_empty_prompt_no_bos();
 }
 
 /* ============================================================================
