@@ -8536,13 +8536,30 @@ static const char *beyond_runc(const Transformer *t) {
     return NULL;
 }
 
+// Which input path names ("the model", "-z's tokenizer", "-f's file"), or NULL.
+static const char *input_named(const Options *o, const char *path) {
+    if (same_file(path, o->checkpoint)) return "the model";
+    if (o->tokenizer && same_file(path, o->tokenizer)) return "-z's tokenizer";
+    if (o->prompt_file && same_file(path, o->prompt_file)) return "-f's file";
+    return NULL;
+}
+
+// -o and --trace write: neither may name an input, nor the file the other
+// names (the trace would go into an -o file being replaced).
+static int check_writes(const Options *o) {
+    const char *paths[2] = {o->output, o->trace}, *flags[2] = {"-o", "--trace"}, *verbs[2] = {"overwrite", "append to"};
+    for (int i = 0; i < 2; i++) {
+        const char *input = paths[i] ? input_named(o, paths[i]) : NULL;
+        if (input) return fail("%s: %s would %s %s; give it a file of its own", paths[i], flags[i], verbs[i], input);
+    }
+    if (o->output && o->trace && (!strcmp(o->output, o->trace) || same_file(o->output, o->trace)))
+        return fail("%s: -o and --trace name the same file; give each its own", o->trace);
+    return 0;
+}
+
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
-    if (o->mode_bit == MODE_LOGITS) {
-        if (same_file(o->output, o->checkpoint) || same_file(o->output, o->prompt_file))
-            return fail("%s: -o would overwrite an input file", o->output);
-        return logits_mode(t, o->prompt_file, text, o->output);
-    }
+    if (o->mode_bit == MODE_LOGITS) return logits_mode(t, o->prompt_file, text, o->output);
     if (o->mode_bit == MODE_BENCH) return bench_mode(t, o->checkpoint);
     if (o->mode_bit == MODE_QUANTIZE) {
         const char *beyond = beyond_runc(t);
@@ -8598,14 +8615,23 @@ int main(int argc, char **argv) {
     size_t text_len = 0;
     char *text = prompt_text(&o, &text_len);
     // outputs are checked before the model loads: a mistake should not cost the load
-    int err = !text || (o.output && check_output(o.output) != 0) || (o.trace && check_output(o.trace) != 0) ? -1 : 0;
+    int err = !text || (o.output && check_output(o.output) != 0) || (o.trace && check_output(o.trace) != 0) ||
+              check_writes(&o) != 0 ? -1 : 0;
     Transformer t;
     Tokenizer tk = {0};
     int no_forward = o.mode_bit == MODE_TOKENIZE || o.mode_bit == MODE_QUANTIZE;
     if (!err) err = no_forward ? transformer_open_mapped(&t, o.checkpoint, o.context)
                                : transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
+    int trace_existed = o.trace && access(o.trace, F_OK) == 0;
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
+        transformer_close(&t);
+    }
+    if (!err && t.trace && check_writes(&o) != 0) { // again, now that the trace exists: another name for -o's file
+        fclose(t.trace);
+        t.trace = NULL;
+        if (!trace_existed) remove(o.trace); // the empty file just made
+        err = -1;
         transformer_close(&t);
     }
     if (!err) {

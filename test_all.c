@@ -4294,6 +4294,54 @@ static void test_outputs_not_regular(const CliFiles *f) {
         }
 }
 
+// -o and --trace may not name an input (the model, -z's tokenizer, -f's
+// file) or each other: refused in one line, every file as it was, and no
+// file made (the trace file another name for -o's new one).
+static void test_writes_not_inputs(const CliFiles *f) {
+    const char *model = "build/tmp/w-model.bin", *tok = "build/tmp/w-tok.bin", *prompt = "build/tmp/w-prompt.txt",
+               *ids = "build/tmp/w-ids.txt", *out = "build/tmp/w-out.f32", *fresh = "build/tmp/w-new.f32";
+    Bytes m = {0}, t = {0};
+    if (load_file(f->stories, &m) != 0 || load_file(f->tok512, &t) != 0 || save_file(model, m.data, m.len) != 0 ||
+        save_file(tok, t.data, t.len) != 0 || save_file(prompt, "Once", 4) != 0 || save_file(ids, "1 2 3\n", 6) != 0 ||
+        save_file(out, "keep", 4) != 0) {
+        report("cli: -o and --trace never name an input", 0, "cannot make the fixtures");
+        bytes_free(&m), bytes_free(&t);
+        return;
+    }
+    remove(fresh);
+    static const char *const cases[][12] = {
+        {"--trace names the model", "-z", "build/tmp/w-tok.bin", "-n", "5", "--trace", "build/tmp/w-model.bin"},
+        {"--trace names -z's tokenizer", "-z", "build/tmp/w-tok.bin", "-n", "5", "--trace", "./build/tmp/w-tok.bin"},
+        {"--trace names -f's prompt", "-z", "build/tmp/w-tok.bin", "-n", "5", "-f", "build/tmp/w-prompt.txt", "--trace",
+         "build/tmp/w-prompt.txt"},
+        {"logits: --trace names -f's ids", "-m", "logits", "-f", "build/tmp/w-ids.txt", "-o", "build/tmp/w-out.f32",
+         "--trace", "build/tmp/w-ids.txt"},
+        {"logits: -o names -f's ids", "-m", "logits", "-f", "build/tmp/w-ids.txt", "-o", "build/tmp/w-ids.txt"},
+        {"logits: -o and --trace one file", "-m", "logits", "-f", "build/tmp/w-ids.txt", "-o", "build/tmp/w-out.f32",
+         "--trace", "build/tmp/w-out.f32"},
+        {"logits: -o and --trace one new file by two names", "-m", "logits", "-f", "build/tmp/w-ids.txt", "-o",
+         "build/tmp/w-new.f32", "--trace", "build/tmp/./w-new.f32"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160], status[64], got[256];
+        format_text(name, sizeof name, "cli: %s: refused, every file as it was", cases[i][0]);
+        CliResult r;
+        cli(&r, model, cases[i][1], cases[i][2], cases[i][3], cases[i][4], cases[i][5], cases[i][6], cases[i][7],
+            cases[i][8], cases[i][9], cases[i][10], cases[i][11], NULL);
+        Bytes m2 = {0}, t2 = {0}, p2 = {0}, i2 = {0}, o2 = {0};
+        int kept = load_file(model, &m2) == 0 && m2.len == m.len && !memcmp(m2.data, m.data, m.len) &&
+                   load_file(tok, &t2) == 0 && t2.len == t.len && !memcmp(t2.data, t.data, t.len) &&
+                   load_file(prompt, &p2) == 0 && p2.len == 4 && load_file(ids, &i2) == 0 && i2.len == 6 &&
+                   load_file(out, &o2) == 0 && o2.len == 4 && !file_exists(fresh);
+        bytes_free(&m2), bytes_free(&t2), bytes_free(&p2), bytes_free(&i2), bytes_free(&o2);
+        report(name, r.status == 1 && count_lines(&r.err) == 1 && r.out.len == 0 && kept, "%s, stderr %s, %s",
+               status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got),
+               kept ? "files untouched" : "A FILE CHANGED");
+        cli_free(&r);
+    }
+    bytes_free(&m), bytes_free(&t);
+}
+
 // A FIFO given as the model or as -z is refused at once (opening it would wait forever).
 static void test_fifo_inputs(const CliFiles *f) {
     remove("build/tmp/in-fifo");
@@ -4455,6 +4503,7 @@ static void new_user_tests(void) {
     test_notice_only_for_given_n();
     test_n_below_prompt(&f);
     test_outputs_not_regular(&f);
+    test_writes_not_inputs(&f);
     test_fifo_inputs(&f);
     test_foreign_models(&f);
     test_missing_default_tokenizer(&f);
