@@ -2038,22 +2038,43 @@ static int chat_turn(Chat *chat, const char *user) {
     return 0;
 }
 
-// Reads one line of any length without its line ending; NULL at end of
-// input (or Ctrl-C). *ended: the line ended with a newline (not at end of
-// input). A line holding a NUL byte comes back empty, with a message: it
+#define LINE_MAX_BYTES ((size_t)16 << 20) // far more text than any context holds
+
+// Reads one line without its line ending into *line (caller frees). 1: a
+// line (*ended: it ended with a newline, not at end of input); 0: end of
+// input (or Ctrl-C); -1 with error_message: a line past LINE_MAX_BYTES (not
+// a conversation: /dev/zero would otherwise fill the memory), or out of
+// memory. A line holding a NUL byte comes back empty, with a message: it
 // cannot be sent whole.
-static char *read_line(FILE *in, int *ended) {
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n = getline(&line, &cap, in);
-    if (n < 0) { free(line); return NULL; }
-    *ended = n > 0 && line[n - 1] == '\n';
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-    if (strlen(line) != (size_t)n) {
-        fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
-        line[0] = '\0';
+static int read_line(FILE *in, char **line, int *ended) {
+    size_t n = 0, cap = 256;
+    int c, nul = 0;
+    char *buf = malloc(cap);
+    if (!buf) return fail("out of memory for a line of input");
+    while ((c = getc(in)) != EOF && c != '\n') {
+        if (n + 1 == cap) {
+            char *bigger = cap < LINE_MAX_BYTES ? realloc(buf, cap * 2) : NULL;
+            if (!bigger) {
+                free(buf);
+                return cap < LINE_MAX_BYTES ? fail("out of memory for a line of input")
+                                            : fail("stdin: a line of more than %zu MiB; not a conversation", LINE_MAX_BYTES >> 20);
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        nul |= c == '\0';
+        buf[n++] = (char)c;
     }
-    return line;
+    if (c == EOF && (n == 0 || interrupted)) { free(buf); return 0; }
+    *ended = c == '\n';
+    while (n > 0 && buf[n - 1] == '\r') n--;
+    buf[n] = '\0';
+    if (nul) {
+        fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
+        buf[0] = '\0';
+    }
+    *line = buf;
+    return 1;
 }
 
 // Whether a line holds nothing but whitespace (a chat line to skip).
@@ -2069,16 +2090,17 @@ static int blank(const char *line) {
 // prompt; through a pipe the line is echoed after its label, so a scripted
 // conversation reads like a typed one, and with skip_blank blank lines are
 // skipped without a trace.
-static char *ask(const char *label, int skip_blank) {
-    int tty = isatty(STDIN_FILENO), ended;
+// 1, 0 or -1 as read_line.
+static int ask(const char *label, int skip_blank, char **line) {
+    int tty = isatty(STDIN_FILENO), ended = 0;
     if (tty) { printf("%s", label); fflush(stdout); }
     for (;;) {
-        char *line = read_line(stdin, &ended);
-        if (!line) return NULL;
+        int got = read_line(stdin, line, &ended);
+        if (got <= 0) return got;
         if (tty && !ended) printf("\n"); // end of input after a line without its Enter
-        if (!tty && skip_blank && blank(line)) { free(line); continue; }
-        if (!tty) printf("%s%s\n", label, line);
-        return line;
+        if (!tty && skip_blank && blank(*line)) { free(*line); continue; }
+        if (!tty) printf("%s%s\n", label, *line);
+        return 1;
     }
 }
 
@@ -2098,13 +2120,19 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
     char *asked_system = NULL;
     int err = 0;
     if (!system) {
-        asked_system = ask("System prompt (Enter for none): ", 0);
+        err = ask("System prompt (Enter for none): ", 0, &asked_system) < 0 ? -1 : 0;
+        if (asked_system && blank(asked_system)) asked_system[0] = '\0'; // none, as Enter alone
         chat.system = asked_system;
     }
-    for (int turn = 0; system || asked_system; turn++) {
-        char *user = turn == 0 && first_message ? strdup(first_message) : ask("User: ", 1);
-        if (!user) break; // end of input
-        if (turn == 0 && first_message) printf("User: %s\n", user);
+    for (int turn = 0; !err && (system || asked_system); turn++) {
+        char *user = NULL;
+        if (turn == 0 && first_message) {
+            if (!(user = strdup(first_message))) { err = fail("out of memory"); break; }
+            if (!blank(user)) printf("User: %s\n", user);
+        } else {
+            int got = ask("User: ", 1, &user);
+            if (got <= 0) { err = got; break; } // end of input, or an error
+        }
         if (!blank(user)) err = chat_turn(&chat, user); // a blank line is skipped
         free(user);
         if (err > 0) fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
@@ -8484,17 +8512,24 @@ int parse_args(Options *o, int argc, char **argv) {
     return ARGS_OK;
 }
 
+#define TEXT_FILE_MAX_BYTES ((size_t)256 << 20) // prompt and ids files: far beyond any context
+
 // Reads a whole text file into a NUL-terminated buffer (caller frees).
 char *read_text_file(const char *path, size_t *len) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
     FILE *f = fopen(path, "rb");
     if (!f) { fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    // checked as it is read, so that /dev/zero or an endless stream stops at once
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
+    int nul = 0, too_big = 0;
     while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        nul = memchr(buf + n, '\0', got) != NULL;
+        n += got;
+        if (n < cap - 1 || nul) break;
+        if (cap >= TEXT_FILE_MAX_BYTES) { too_big = 1; break; }
         char *bigger = realloc(buf, cap * 2);
         if (!bigger) { free(buf); buf = NULL; break; }
         buf = bigger;
@@ -8503,9 +8538,14 @@ char *read_text_file(const char *path, size_t *len) {
     int read_error = ferror(f);
     fclose(f);
     if (!buf) { fail("%s: out of memory", path); return NULL; }
-    if (read_error) { free(buf); fail("%s: read error", path); return NULL; }
+    if (read_error || nul || too_big) {
+        free(buf);
+        if (read_error) fail("%s: read error", path);
+        else if (nul) fail("%s: contains a NUL byte; not a text file", path);
+        else fail("%s: more than %zu MiB; no context holds that much text", path, TEXT_FILE_MAX_BYTES >> 20);
+        return NULL;
+    }
     buf[n] = '\0';
-    if (memchr(buf, '\0', n)) { free(buf); fail("%s: contains a NUL byte; not a text file", path); return NULL; }
     *len = n;
     return buf;
 }

@@ -4294,6 +4294,63 @@ static void test_outputs_not_regular(const CliFiles *f) {
         }
 }
 
+// Endless input is refused as soon as it shows it is not text: -f
+// /dev/zero (generate and logits), a chat on stdin from /dev/zero (NUL
+// bytes, no newline) and on an endless line without them: one line, exit
+// 1, no output file, where before the whole stream was read into memory.
+static void test_endless_input(const CliFiles *f) {
+    const char *out = "build/tmp/endless.f32", *line = "build/tmp/endless-line.txt";
+    remove(out);
+    size_t big = ((size_t)16 << 20) + 100; // past the longest line read
+    char *a = malloc(big);
+    int made = a && (memset(a, 'a', big), save_file(line, a, big) == 0);
+    free(a);
+    for (int use = 0; use < 4; use++) {
+        static const char *const uses[] = {"generate -f /dev/zero", "logits -f /dev/zero", "chat, stdin /dev/zero",
+                                           "chat, stdin one line of 16 MiB"};
+        static const char *const want[] = {"NUL", "NUL", "16 MiB", "16 MiB"};
+        char name[160], status[64], got[256];
+        format_text(name, sizeof name, "cli: %s is refused in one line, nothing written", uses[use]);
+        if (use == 3 && !made) { report(name, 0, "cannot write %s", line); continue; }
+        CliResult r;
+        if (use == 0) cli(&r, f->stories, "-z", f->tok512, "-n", "5", "-f", "/dev/zero", NULL);
+        else if (use == 1) cli(&r, f->stories, "-m", "logits", "-f", "/dev/zero", "-o", out, NULL);
+        else cli_input(&r, use == 2 ? "/dev/zero" : line, f->stories, "-z", f->tok512, "-m", "chat", "-y", "", "-n", "4", NULL);
+        int ok = r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, want[use]) && !file_exists(out);
+        report(name, ok, "%s, stderr %s", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, got, sizeof got));
+        cli_free(&r);
+    }
+    remove(line);
+}
+
+// A typed system prompt of spaces is none, as Enter alone (blank user
+// lines are skipped too), and an empty -i prints no empty "User:" turn.
+static void test_chat_blank_system_and_first(const CliFiles *f) {
+    char status[64], got[256];
+    save_file("build/tmp/blank-sys.txt", "   \nHi\n", 7);
+    save_file("build/tmp/empty-sys.txt", "\nHi\n", 4);
+    CliResult r;
+    IntList a = {0}, b = {0};
+    cli_input(&r, "build/tmp/blank-sys.txt", f->stories, "-z", f->tok512, "-m", "chat", "-n", "2", "-t", "0", "--trace",
+              "build/tmp/blank-sys.trace", NULL);
+    cli_free(&r);
+    cli_input(&r, "build/tmp/empty-sys.txt", f->stories, "-z", f->tok512, "-m", "chat", "-n", "2", "-t", "0", "--trace",
+              "build/tmp/empty-sys.trace", NULL);
+    cli_free(&r);
+    int *v, n;
+    if (load_ints("build/tmp/blank-sys.trace", &v, &n) == 0) { ints_add(&a, v, n); free(v); }
+    if (load_ints("build/tmp/empty-sys.trace", &v, &n) == 0) { ints_add(&b, v, n); free(v); }
+    report("chat: a typed system prompt of spaces is none (the trace as for Enter alone)",
+           a.n > 0 && a.n == b.n && first_difference(a.v, a.n, b.v, b.n) < 0, "%d and %d ids", a.n, b.n);
+    ints_free(&a), ints_free(&b);
+    remove("build/tmp/blank-sys.trace"), remove("build/tmp/empty-sys.trace");
+    cli_input(&r, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", "-y", "", "-i", "", "-n", "2", NULL);
+    report("chat: -i \"\" prints no empty User: turn", r.status == 0 && !strstr(r.out.data, "User:"), "%s, stdout %s",
+           status_text(r.status, status, sizeof status), quoted(r.out.data, r.out.len, got, sizeof got));
+    cli_free(&r);
+}
+
 // -o and --trace may not name an input (the model, -z's tokenizer, -f's
 // file) or each other: refused in one line, every file as it was, and no
 // file made (the trace file another name for -o's new one).
@@ -4504,6 +4561,8 @@ static void new_user_tests(void) {
     test_n_below_prompt(&f);
     test_outputs_not_regular(&f);
     test_writes_not_inputs(&f);
+    test_endless_input(&f);
+    test_chat_blank_system_and_first(&f);
     test_fifo_inputs(&f);
     test_foreign_models(&f);
     test_missing_default_tokenizer(&f);
