@@ -1420,10 +1420,18 @@ static void text_put(TextOut *o, const char *bytes, size_t n) {
     for (size_t i = 0; i < n; i++) text_put_byte(o, (unsigned char)bytes[i]);
 }
 
+// The errno of the first flush of output that failed: at the end, a
+// closed pipe (EPIPE, when SIGPIPE is ignored) is told from a full disk.
+static int output_errno;
+
+static void flush_output(FILE *out) {
+    if (fflush(out) != 0 && !output_errno) output_errno = errno;
+}
+
 static void text_finish(TextOut *o) {
     if (o->n_pending > 0) fputs("\xEF\xBF\xBD", o->out);
     o->n_pending = 0;
-    fflush(o->out);
+    flush_output(o->out);
 }
 
 // Ctrl-C sets this; generation stops at the next token (a second Ctrl-C exits).
@@ -1508,7 +1516,7 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
         const char *piece = decode(tk, i > 0 ? tokens[i - 1] : tk->bos_id, tokens[i], &len);
         text_put(&text, piece, len);
     }
-    fflush(out);
+    flush_output(out);
 
     int pos = n_prompt - 1, token = tokens[pos], n_generated = 0, err = 0;
     while (pos < steps && !interrupted && !ferror(out)) { // a closed pipe ends it quietly
@@ -1523,13 +1531,13 @@ int generate(Transformer *t, Tokenizer *tk, Sampler *s, const char *prompt, int 
         size_t len;
         const char *piece = decode(tk, token, next, &len);
         text_put(&text, piece, len);
-        fflush(out);
+        flush_output(out);
         history[++pos] = next;
         token = next;
     }
     text_finish(&text);
     double end = now_seconds();
-    if (!ferror(out)) { fputc('\n', out); fflush(out); } // before the timing, which a terminal shows next
+    if (!ferror(out)) { fputc('\n', out); flush_output(out); } // before the timing, which a terminal shows next
     fprintf(stderr, "prompt: %d tokens, %.1f tok/s; generated: %d tokens, %.1f tok/s\n", n_prompt,
             n_prompt / (prompt_done - start + 1e-9), n_generated, n_generated / (end - prompt_done + 1e-9));
     free(tokens);
@@ -1990,7 +1998,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
         const char *piece = decode(chat->tk, prev, next, &len);
         if (n == 0 && len > 0 && piece[0] == ' ') { piece++; len--; }
         text_put(&text, piece, len);
-        fflush(stdout);
+        flush_output(stdout);
         reply[n++] = prev = next;
         if (chat->n_context == c->seq_len) { fprintf(stderr, "\nrun: context full; reply cut\n"); break; }
         chat->context[chat->n_context++] = next;
@@ -8638,6 +8646,15 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     return err;
 }
 
+// Output that could not be all written (a full disk, say) is an error,
+// except into a closed pipe: its reader took all it wanted.
+static int check_stdout(void) {
+    flush_output(stdout);
+    if (!ferror(stdout) || output_errno == EPIPE) return 0;
+    return fail("stdout: write failed%s%s; the output is incomplete", output_errno ? ": " : "",
+                output_errno ? strerror(output_errno) : "");
+}
+
 int main(int argc, char **argv) {
     struct sigaction on_ctrl_c = {0};
     on_ctrl_c.sa_handler = on_interrupt; // no SA_RESTART: Ctrl-C also ends a wait for input
@@ -8682,6 +8699,7 @@ int main(int argc, char **argv) {
     }
     tokenizer_close(&tk);
     free(text);
+    if (!err && check_stdout() != 0) err = -1;
     if (err) fprintf(stderr, "run: %s\n", error_message);
     return err ? 1 : interrupted && o.mode_bit == MODE_GENERATE ? 130 : 0;
 }

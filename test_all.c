@@ -4090,6 +4090,27 @@ static void test_closed_pipe(const CliFiles *f, int sigpipe_default) {
     bytes_free(&err);
 }
 
+// Output that cannot be written (stdout on a full disk: /dev/full) is an
+// error naming stdout and the reason, exit 1: generate, chat, tokenize.
+static void test_stdout_full(const CliFiles *f) {
+    for (int use = 0; use < 3; use++) {
+        static const char *const uses[] = {"generate", "chat", "tokenize"};
+        char *gen[] = {(char *)f->stories, "-z", (char *)f->tok512, "-n", "20", "-t", "0", NULL};
+        char *chat[] = {(char *)f->stories, "-z", (char *)f->tok512, "-m", "chat", "-y", "", "-i", "Hi", "-n", "4", NULL};
+        char *tok[] = {(char *)f->stories, "-z", (char *)f->tok512, "-m", "tokenize", "-i", "Once upon a time", NULL};
+        char *const *args[] = {gen, chat, tok};
+        char *argv[32], name[128], st[64], got[256];
+        format_text(name, sizeof name, "hostile: %s with stdout on a full disk (/dev/full) fails, naming stdout", uses[use]);
+        int status = spawn_input(run_argv(argv, 32, args[use]), NULL, "/dev/full", "build/tmp/full.err", 120);
+        Bytes err = {0};
+        load_file("build/tmp/full.err", &err);
+        int named = err.data && strstr(err.data, "run: stdout: write failed: No space left on device");
+        report(name, status == 1 && named, "%s, stderr %s", status_text(status, st, sizeof st),
+               err.data ? quoted(err.data, err.len, got, sizeof got) : "missing");
+        bytes_free(&err);
+    }
+}
+
 // Ctrl-C during generation: it stops at the next token, finishes the line,
 // prints the timing and exits with 130.
 static void test_ctrl_c_generate(const CliFiles *f) {
@@ -4185,6 +4206,7 @@ static void hostile_tests(void) {
     if (cli_files_init(&f, "hostile: fixtures") != 0) return;
     test_closed_pipe(&f, 1);
     test_closed_pipe(&f, 0);
+    test_stdout_full(&f);
     test_ctrl_c_generate(&f);
     test_ctrl_c_chat(&f);
     test_invalid_utf8_prompt(&f);
