@@ -1954,8 +1954,11 @@ static float *feed_context(Chat *chat) {
 // kept is evaluated again from position 0 by the next feed. 0 ok; 1 if the
 // message cannot fit even alone (nothing changes); -1 on error.
 static int make_room(Chat *chat, const char *user, int need_after) {
-    int seq_len = chat->t->config.seq_len, n = 0;
-    for (int first = chat->first_kept + 1; first <= chat->n_turns; first++) {
+    int seq_len = chat->t->config.seq_len, n = 0, n_alone;
+    int *alone = render_turn(chat, user, 1, &n_alone); // the turn with no other before it
+    if (!alone) return -1;
+    free(alone);
+    for (int first = chat->first_kept + 1; first <= chat->n_turns && n_alone + need_after <= seq_len; first++) {
         int *prompt = render_turn(chat, user, first == chat->n_turns, &n);
         if (!prompt) return -1;
         free(prompt);
@@ -1972,8 +1975,9 @@ static int make_room(Chat *chat, const char *user, int need_after) {
         chat->pos = 0;
         return 0;
     }
-    fail("message not sent: its turn takes %d tokens (the message in the chat template) and %d more are kept for "
-         "the reply, more than the context of %d tokens", n, need_after, seq_len);
+    fail("message not sent: its turn takes %d tokens (the message in the chat template%s) and %d more are kept for "
+         "the reply, more than the context of %d tokens", n_alone, chat->system && chat->system[0] ? ", the system prompt" : "",
+         need_after, seq_len);
     return 1;
 }
 
@@ -2013,10 +2017,15 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
 }
 
 // One turn: render, make room, feed, reply. 0 ok, 1 message refused, -1 error.
+// Positions a turn keeps free for its reply: -n's, up to a quarter of the context.
+static int reply_room(const Chat *chat) {
+    int seq_len = chat->t->config.seq_len, limit = chat->max_reply > 0 ? chat->max_reply : seq_len;
+    return limit < seq_len / 4 ? limit : seq_len / 4;
+}
+
 static int chat_turn(Chat *chat, const char *user) {
     const Config *c = &chat->t->config;
-    int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
-    int reserve = limit < c->seq_len / 4 ? limit : c->seq_len / 4; // room kept for the reply
+    int reserve = reply_room(chat);
     int n;
     int *prompt = render_turn(chat, user, chat->first_kept == chat->n_turns, &n);
     if (!prompt) return -1;
@@ -2131,6 +2140,15 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
         err = ask("System prompt (Enter for none): ", 0, &asked_system) < 0 ? -1 : 0;
         if (asked_system && blank(asked_system)) asked_system[0] = '\0'; // none, as Enter alone
         chat.system = asked_system;
+    }
+    if (!err && chat.system && chat.system[0]) { // a system prompt no message could follow ends the chat at once
+        int n, *first = render_turn(&chat, "", 1, &n);
+        if (!first) err = -1;
+        else if (n + reply_room(&chat) > t->config.seq_len)
+            err = fail("the system prompt does not fit: with the chat template it takes %d tokens, and %d more are kept "
+                       "for the reply, more than the context of %d tokens; give a shorter one", n, reply_room(&chat),
+                       t->config.seq_len);
+        free(first);
     }
     for (int turn = 0; !err && (system || asked_system); turn++) {
         char *user = NULL;

@@ -5053,6 +5053,32 @@ static void test_chat_refusal(const ChatScript *s) {
     transformer_close(&t);
 }
 
+// The first message too long for the context: the refusal counts its
+// turn's real tokens (more than the context), not 0. A system prompt no
+// message could follow ends the chat at once: one line naming it, exit 1.
+static void test_chat_too_long_first(const CliFiles *f) {
+    char *text = malloc(4 * 1000 + 1), status[64], err[256];
+    if (!text) { report("chat: a first message too long for the context", 0, "out of memory"); return; }
+    for (int i = 0; i < 1000; i++) memcpy(text + 4 * i, "cat ", 4); // about 1000 tokens, context 512
+    text[4 * 1000 - 1] = '\0';
+    CliResult r;
+    cli_input(&r, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", "-y", "", "-i", text, "-n", "4", NULL);
+    const char *takes = strstr(r.err.data, "takes ");
+    int n = takes ? atoi(takes + 6) : 0;
+    report("chat: a first message too long for the context is refused, counting its turn's tokens",
+           r.status == 0 && count_lines(&r.err) == 1 && n > f->seq_len, "%s, %d tokens counted, stderr %s",
+           status_text(r.status, status, sizeof status), n, quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    save_file(CHAT_SCRIPT, "Hello\n", 6);
+    cli_input(&r, CHAT_SCRIPT, f->stories, "-z", f->tok512, "-m", "chat", "-y", text, "-n", "4", NULL);
+    report("chat: a system prompt too long for the context ends the chat at once, naming it",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "system prompt does not fit") &&
+               !strstr(r.out.data, "Assistant"),
+           "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    free(text);
+}
+
 // End of input at each prompt ends the program with status 0 and nothing
 // on stderr, after feeding exactly the turns that were complete.
 static void test_chat_eof(const CliFiles *f) {
@@ -5161,6 +5187,7 @@ static void chat_tests(void) {
     free(too_long);
 
     test_chat_eof(&f);
+    test_chat_too_long_first(&f);
     test_chat_nul_line(&f);
 }
 
