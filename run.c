@@ -8386,13 +8386,17 @@ void usage(FILE *f) {
         "Long flags also take --name=value.\n");
 }
 
+// Plain decimal numbers only: strtof alone would also take " 1", "0x10",
+// "inf" and "nan". A value too small for a float (1e-40) is kept as rounded.
 static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
+    size_t plain = strspn(s, "0123456789.eE+-");
+    char *end = (char *)s;
     errno = 0;
-    float v = strtof(s, &end);
-    if (end == s || *end != '\0' || errno || !isfinite(v))
+    float v = s[plain] == '\0' ? strtof(s, &end) : 0.0f;
+    if (s[plain] != '\0' || end == s || *end != '\0')
         return fail("%s: '%s' is not a number", flag, s);
-    if (v < lo || v > hi) return fail("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
+    if ((errno == ERANGE && fabsf(v) >= 1.0f) || v < lo || v > hi)
+        return fail("%s: %s is out of range [%g, %g]", flag, s, lo, hi);
     *out = v;
     return 0;
 }
@@ -8401,8 +8405,8 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno) return fail("%s: '%s' is not a whole number", flag, s);
-    if (v < lo || v > hi) return fail("%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
+    if (isspace((unsigned char)s[0]) || end == s || *end != '\0') return fail("%s: '%s' is not a whole number", flag, s);
+    if (errno == ERANGE || v < lo || v > hi) return fail("%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
     *out = v;
     return 0;
 }

@@ -3669,7 +3669,8 @@ static void test_cli_usage(const CliFiles *f) {
     static const char *const bad[][2] = {
         {"-t", "-1"}, {"-t", "abc"}, {"-n", "-5"}, {"-n", "12x"}, {"-p", "1.5"}, {"-k", "-1"}, {"-s", "-3"},
         {"--min-p", "2"}, {"-p", ""}, {"--repeat-penalty", "x"}, {"--repeat-last-n", "-2"},
-        {"--bogus", "1"}, {"-x", "1"}, {"-t", NULL}, {"-i", NULL},
+        {"--bogus", "1"}, {"-x", "1"}, {"-t", NULL}, {"-i", NULL}, {"-t", "0x10"}, {"-t", " 1"}, {"-t", "inf"},
+        {"-n", " 5"}, {"-n", "0x10"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char name[128], status[64], got[256];
@@ -3682,8 +3683,19 @@ static void test_cli_usage(const CliFiles *f) {
                status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
         cli_free(&r);
     }
-    // -h lists every flag of the parser's table, by every name, on stdout
+    // a float too small for a float is a number (rounded); an integer too
+    // large for a long is out of range, not "not a number"
     CliResult r;
+    char status[64], got[256];
+    cli(&r, f->stories, "-z", f->tok512, "-n", "3", "-t", "1e-40", NULL);
+    report("cli: -t 1e-40 is taken (as rounded)", r.status == 0, "%s, stderr %s", status_text(r.status, status, sizeof status),
+           quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    cli(&r, f->stories, "-z", f->tok512, "-n", "99999999999999999999", NULL);
+    report("cli: -n 99999999999999999999 is out of range", r.status == 2 && strstr(r.err.data, "out of range"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    // -h lists every flag of the parser's table, by every name, on stdout
     cli(&r, f->stories, "-h", NULL);
     const char *missing = NULL;
     for (int i = 0; i < N_FLAGS && !missing; i++) {
