@@ -7700,7 +7700,7 @@ int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
         tk->scores[i] = read_f32(entry);
         int len = read_i32(entry + 4);
         if (len < 0 || len > 65536 || !isfinite(tk->scores[i])) {
-            err = fail("%s: token %d has a bad length %d or score", path, i, len);
+            err = fail("%s: token %d has a bad length %d or score: not a llama2.c tokenizer.bin (a model?)", path, i, len);
             break;
         }
         tk->vocab[i] = malloc((size_t)len + 1);
@@ -7841,7 +7841,8 @@ static int write_floats(FILE *f, const float *x, int n) {
 enum { WRITE_ROWS = 64 };
 
 // rows: room for WRITE_ROWS rows of m's floats; out: for as many in type.
-static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigned char *out) {
+// name: the matrix, for the message when a weight is not finite.
+static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigned char *out, const char *name, int layer) {
     size_t bytes = type_row_bytes(type, m->cols);
     for (int i = 0; i < m->rows; i += WRITE_ROWS) {
         int n = m->rows - i < WRITE_ROWS ? m->rows - i : WRITE_ROWS, bad = 0;
@@ -7851,7 +7852,9 @@ static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigne
             dequantize_row(row, m, i + r);
             bad |= quantize_row(out + (size_t)r * bytes, row, m->cols, type) != 0;
         }
-        if (bad) return fail("a weight is not finite (NaN or infinity)");
+        if (bad && layer >= 0)
+            return fail("layer %d's %s has a weight that is not finite (NaN or infinity) in rows %d-%d", layer, name, i, i + n - 1);
+        if (bad) return fail("%s has a weight that is not finite (NaN or infinity) in rows %d-%d", name, i, i + n - 1);
         if (fwrite(out, 1, (size_t)n * bytes, f) != (size_t)n * bytes) return fail("write failed: %s", strerror(errno));
     }
     return 0;
@@ -7867,16 +7870,18 @@ static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, f
     err = err || write_padding(f);
     for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
     err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
-    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], rows, out);
+    err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], rows, out, "the token embedding", -1);
+    static const char *const names[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
     for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
         err = write_padding(f);
         for (int l = 0; l < c->n_layers && !err; l++) {
             const LayerWeights *lw = &w->layers[l];
             const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], rows, out);
+            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], rows, out, names[part], l);
         }
     }
-    if (!c->shared_classifier) err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], rows, out);
+    if (!c->shared_classifier)
+        err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], rows, out, "the classifier", -1);
     return err ? -1 : 0;
 }
 
@@ -8028,7 +8033,7 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     if (!err && write_runc_tensors(f, t, types, rows, out) != 0) {
         char why[sizeof error_message];
         snprintf(why, sizeof why, "%s", error_message);
-        err = fail("%s: %s", out_path, why);
+        err = fail("%s -> %s: %s", in_path, out_path, why);
     }
     err = output_close(&file, err);
     free(rows); free(out); free(types);

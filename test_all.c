@@ -4328,6 +4328,37 @@ static void test_outputs_not_regular(const CliFiles *f) {
         }
 }
 
+// Messages that name the real culprit: quantizing a model with a NaN
+// weight names the input and the matrix (and writes nothing); a model
+// given as -z is called not a tokenizer.bin.
+static void test_culprit_named(const CliFiles *f) {
+    const char *model = "build/tmp/nan-model.bin", *out = "build/tmp/nan-model.q8_0.bin";
+    char status[64], got[256];
+    Bytes m = {0};
+    remove(out);
+    // llama2.c v0: 7 ints, the embedding (vocab, dim), rms_att (layers, dim), then layer 0's wq
+    size_t wq = 28 + (size_t)f->vocab_size * 64 * 4 + 5 * 64 * 4 + 4 * (64 * 3 + 5); // row 3 of layer 0's wq
+    float nan = NAN;
+    int made = load_file(f->stories, &m) == 0 && m.len > wq + 4 && (memcpy(m.data + wq, &nan, 4), 1) &&
+               save_file(model, m.data, m.len) == 0;
+    bytes_free(&m);
+    CliResult r;
+    if (!made) report("cli: quantize names a NaN weight's matrix", 0, "cannot make %s", model);
+    else {
+        cli(&r, model, "-m", "quantize", "--dtype", "q8_0", "-o", out, NULL);
+        report("cli: quantize names the input and the matrix of a NaN weight, writes nothing",
+               r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, model) && strstr(r.err.data, "layer 0's wq") &&
+                   !file_exists(out),
+               "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+        cli_free(&r);
+    }
+    cli(&r, f->stories, "-z", f->stories, "-i", "Once", NULL);
+    report("cli: a model given as -z is called not a tokenizer.bin",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "not a llama2.c tokenizer.bin"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+}
+
 // Endless input is refused as soon as it shows it is not text: -f
 // /dev/zero (generate and logits), a chat on stdin from /dev/zero (NUL
 // bytes, no newline) and on an endless line without them: one line, exit
@@ -4596,6 +4627,7 @@ static void new_user_tests(void) {
     test_outputs_not_regular(&f);
     test_writes_not_inputs(&f);
     test_endless_input(&f);
+    test_culprit_named(&f);
     test_chat_blank_system_and_first(&f);
     test_fifo_inputs(&f);
     test_foreign_models(&f);
