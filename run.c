@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h> // strcasecmp
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -8406,6 +8407,13 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
     return 0;
 }
 
+// A file flag's value: not empty (caught here, not after the work).
+static int file_name(const char *flag, const char *v, const char **out) {
+    if (!*v) return fail("%s: the file name is empty", flag);
+    *out = v;
+    return 0;
+}
+
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
@@ -8477,8 +8485,8 @@ static int set_flag(Options *o, int f, const char *name, const char *v) {
     case FLAG_STEPS: err = parse_int(name, v, 0, INT_MAX, &n); o->steps = (int)n; o->steps_given = 1; return err;
     case FLAG_CONTEXT: err = parse_int(name, v, 0, INT_MAX, &n); o->context = (int)n; return err;
     case FLAG_PROMPT: o->prompt = v; return 0;
-    case FLAG_FILE: o->prompt_file = v; return 0;
-    case FLAG_TOKENIZER: o->tokenizer = v; return 0;
+    case FLAG_FILE: return file_name(name, v, &o->prompt_file);
+    case FLAG_TOKENIZER: return file_name(name, v, &o->tokenizer);
     case FLAG_MODE:
         for (int m = 0; m < 6; m++)
             if (!strcmp(v, mode_names[m])) { o->mode = mode_names[m]; o->mode_bit = 1 << m; return 0; }
@@ -8486,9 +8494,9 @@ static int set_flag(Options *o, int f, const char *name, const char *v) {
             return fail("-m: unknown mode '%s' (here -m is the mode; the model is the first argument: run MODEL ...)", v);
         return fail("-m: unknown mode '%s' (generate, chat, tokenize, logits, bench or quantize)", v);
     case FLAG_SYSTEM: o->system_prompt = v; return 0;
-    case FLAG_OUTPUT: o->output = v; return 0;
+    case FLAG_OUTPUT: return file_name(name, v, &o->output);
     case FLAG_DTYPE: return parse_dtype(v, &o->dtype);
-    case FLAG_TRACE: o->trace = v; return 0;
+    case FLAG_TRACE: return file_name(name, v, &o->trace);
     case FLAG_KV:
         if (strcmp(v, "f32") && strcmp(v, "f16")) return fail("%s: '%s' is not f32 or f16", name, v);
         o->kv_type = !strcmp(v, "f16") ? TYPE_F16 : TYPE_F32;
@@ -8544,6 +8552,9 @@ int parse_args(Options *o, int argc, char **argv) {
         return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
     if (o->mode_bit == MODE_QUANTIZE && (!o->output || o->dtype < 0))
         return fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, q5_k_m, ...)");
+    size_t out_len = o->output ? strlen(o->output) : 0;
+    if (o->mode_bit == MODE_QUANTIZE && out_len >= 5 && !strcasecmp(o->output + out_len - 5, ".gguf"))
+        return fail("-o %s: -m quantize writes run.c's own format, not GGUF; give the file another name (.bin)", o->output);
     return ARGS_OK;
 }
 

@@ -3670,7 +3670,7 @@ static void test_cli_usage(const CliFiles *f) {
         {"-t", "-1"}, {"-t", "abc"}, {"-n", "-5"}, {"-n", "12x"}, {"-p", "1.5"}, {"-k", "-1"}, {"-s", "-3"},
         {"--min-p", "2"}, {"-p", ""}, {"--repeat-penalty", "x"}, {"--repeat-last-n", "-2"},
         {"--bogus", "1"}, {"-x", "1"}, {"-t", NULL}, {"-i", NULL}, {"-t", "0x10"}, {"-t", " 1"}, {"-t", "inf"},
-        {"-n", " 5"}, {"-n", "0x10"},
+        {"-n", " 5"}, {"-n", "0x10"}, {"-z", ""}, {"-f", ""}, {"--trace", ""}, {"-o", ""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char name[128], status[64], got[256];
@@ -3693,6 +3693,13 @@ static void test_cli_usage(const CliFiles *f) {
     cli_free(&r);
     cli(&r, f->stories, "-z", f->tok512, "-n", "99999999999999999999", NULL);
     report("cli: -n 99999999999999999999 is out of range", r.status == 2 && strstr(r.err.data, "out of range"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    // -m quantize writes our format: a .gguf name for it is refused, nothing written
+    remove("build/tmp/named.gguf");
+    cli(&r, f->stories, "-m", "quantize", "--dtype", "q8_0", "-o", "build/tmp/named.gguf", NULL);
+    report("cli: -m quantize -o NAME.gguf is refused (it writes run.c's format), nothing written",
+           r.status == 2 && strstr(r.err.data, "not GGUF") && !file_exists("build/tmp/named.gguf"), "%s, stderr %s",
            status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
     cli_free(&r);
     // -h lists every flag of the parser's table, by every name, on stdout
