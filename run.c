@@ -8707,6 +8707,10 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && o.threads > cores) // OpenMP threads wait by spinning: more than the cores slows every step
+        fprintf(stderr, "run: --threads %d is more than the %ld cores here; expect it to run many times slower\n", o.threads,
+                cores);
     size_t text_len = 0;
     char *text = prompt_text(&o, &text_len);
     // outputs are checked before the model loads: a mistake should not cost the load

@@ -3695,6 +3695,19 @@ static void test_cli_usage(const CliFiles *f) {
     report("cli: -n 99999999999999999999 is out of range", r.status == 2 && strstr(r.err.data, "out of range"), "%s, stderr %s",
            status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
     cli_free(&r);
+    // more threads than cores: a one-line notice, and it runs; as many: no notice
+    char threads[2][32];
+    format_text(threads[0], sizeof threads[0], "%ld", sysconf(_SC_NPROCESSORS_ONLN) + 1);
+    format_text(threads[1], sizeof threads[1], "%ld", sysconf(_SC_NPROCESSORS_ONLN));
+    for (int i = 0; i < 2; i++) {
+        char name[128];
+        format_text(name, sizeof name, "cli: --threads %s (%s the cores): %s", threads[i], i ? "as many as" : "more than",
+                    i ? "no notice" : "a one-line notice, and it runs");
+        cli(&r, f->stories, "-z", f->tok512, "-m", "tokenize", "-i", "hi", "--threads", threads[i], NULL);
+        int ok = r.status == 0 && (i ? r.err.len == 0 : count_lines(&r.err) == 1 && strstr(r.err.data, "more than the"));
+        report(name, ok, "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+        cli_free(&r);
+    }
     // -m quantize writes our format: a .gguf name for it is refused, nothing written
     remove("build/tmp/named.gguf");
     cli(&r, f->stories, "-m", "quantize", "--dtype", "q8_0", "-o", "build/tmp/named.gguf", NULL);
