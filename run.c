@@ -2017,13 +2017,13 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     return reply;
 }
 
-// One turn: render, make room, feed, reply. 0 ok, 1 message refused, -1 error.
 // Positions a turn keeps free for its reply: -n's, up to a quarter of the context.
 static int reply_room(const Chat *chat) {
     int seq_len = chat->t->config.seq_len, limit = chat->max_reply > 0 ? chat->max_reply : seq_len;
     return limit < seq_len / 4 ? limit : seq_len / 4;
 }
 
+// One turn: render, make room, feed, reply. 0 ok, 1 message refused, -1 error.
 static int chat_turn(Chat *chat, const char *user) {
     const Config *c = &chat->t->config;
     int reserve = reply_room(chat);
