@@ -41,14 +41,22 @@ run: run.c build/flags | tokenizer.bin
 test_all: test_all.c run.c build/flags
 	$(CC) $(CFLAGS) -o $@ test_all.c $(LDLIBS)
 
+# ARCH changes build/flags, which rebuilds ./run (no -B: it would remake
+# tokenizer.bin too)
 portable:
-	$(MAKE) -B run ARCH=
+	$(MAKE) run ARCH=
 
-# The default tokenizer (-z) is Llama 2's; linked, never committed.
+# The default tokenizer (-z) is Llama 2's; linked, never committed. A
+# tokenizer.bin already here (a link or your own file) is left as it is;
+# without the shared models, ./run is still built (give -z, or SHARED=).
 tokenizer.bin:
-	ln -sf $(SHARED)/models/llama2/tokenizer.bin tokenizer.bin
+	@if [ -e tokenizer.bin ] || [ -L tokenizer.bin ]; then :; \
+	elif [ -f $(SHARED)/models/llama2/tokenizer.bin ]; then ln -s $(SHARED)/models/llama2/tokenizer.bin tokenizer.bin; \
+	else echo "make: $(SHARED)/models/llama2/tokenizer.bin not found: tokenizer.bin not linked (make SHARED=/path/to/shared)"; fi
 
 demo: run
+	@[ -f $(SHARED)/models/stories260K/stories260K.bin ] || \
+	  { echo "make demo: $(SHARED)/models/stories260K/stories260K.bin not found (make SHARED=/path/to/shared demo)"; exit 1; }
 	./run $(SHARED)/models/stories260K/stories260K.bin -z $(SHARED)/models/stories260K/tok512.bin
 
 # The two builds side by side (10 and 15 s), then the suite. Tests measure
@@ -103,8 +111,10 @@ bench-large: run $(BENCH_LARGE_FILES)
 unicode-tables:
 	/usr/bin/python3 tools/gen_unicode.py --update run.c
 
+# tokenizer.bin only when it is the link make made: never a file of yours
 clean:
-	rm -rf run test_all build tokenizer.bin
+	rm -rf run test_all build
+	@if [ -L tokenizer.bin ]; then rm -f tokenizer.bin; fi
 
 # ---- Hardening: fuzzers and sanitizers (fuzz/README.md) ----
 # make fuzz         builds the libFuzzer harnesses (clang) into build/fuzz/ and

@@ -58,6 +58,8 @@ import glob
 import json
 import os
 import re
+import signal
+import stat
 import struct
 import sys
 import tempfile
@@ -942,8 +944,8 @@ def export_hf_gguf(out_path, source, tokenizer, dtype, inputs):
     c = source.config
     check_config(c, source.path)
     if dtype not in GGUF_FILE_TYPES:
-        raise ExportError(f"--dtype {dtype}: the GGUF export writes {', '.join(GGUF_FILE_TYPES)} (quantize the "
-                          f"GGUF with llama-quantize for the K-quants)")
+        raise ExportError(f"--dtype {dtype}: the GGUF export writes {', '.join(GGUF_FILE_TYPES)}; for other types, "
+                          f"export f16 and quantize the GGUF with llama-quantize")
     if tokenizer.n_tokens != c.vocab_size:
         raise ExportError(f"{tokenizer.path}: {tokenizer.n_tokens} tokens, but the model's vocab_size is "
                           f"{c.vocab_size} (embedding rows)")
@@ -960,6 +962,11 @@ def atomic_output(path, inputs):
     Refuses to overwrite any of inputs; removes the temp file on failure."""
     if os.path.isdir(path):
         raise ExportError(f"{path}: is a directory")
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        mode = os.lstat(path).st_mode
+        kind = ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise ExportError(f"{path}: is {kind}, which export.py does not replace; give the name of a new or regular file")
     for p in inputs:
         if os.path.exists(path) and os.path.exists(p) and os.path.samefile(path, p):
             raise ExportError(f"{path}: is an input file; refusing to overwrite it")
@@ -1681,8 +1688,9 @@ def check_sentencepiece_bpe_json(tj, path):
     pre, vocab = pre_tokenizer_types(tj.get("pre_tokenizer")), model["vocab"]
     if "ByteLevel" in pre or any(p.startswith("\u0120") for p in vocab) and not any(
             p.startswith("\u2581") for p in vocab):
-        raise ExportError(f"{path}: GPT-2-style byte-level BPE (ByteLevel, 'Ġ' pieces) is not "
-                          "supported; run.c's tokenizer is SentencePiece BPE")
+        raise ExportError(f"{path}: byte-level BPE (Llama 3, Qwen 2) does not fit a tokenizer.bin, which holds "
+                          "SentencePiece BPE; export the model directory with --hf, which writes a GGUF file "
+                          "with this tokenizer inside")
     if not model.get("byte_fallback"):
         raise ExportError(f"{path}: BPE without byte_fallback is not SentencePiece-style")
     if set(pre) - {"Metaspace"}:
@@ -1728,8 +1736,9 @@ def convert_tokenizer_json(path, out_path):
         raise ExportError(f"{path}: not a tokenizer.json object")
     check_sentencepiece_bpe_json(tj, path)
     pieces, scores, _, bos_id, eos_id, _, _ = spm_json_vocab(tj, path)
+    config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "tokenizer_config.json")
     write_tokenizer_bin(out_path, [p.encode("utf-8") for p in pieces],
-                        [struct.pack("<f", s) for s in scores], bos_id, eos_id, [path])
+                        [struct.pack("<f", s) for s in scores], bos_id, eos_id, [path, config_path])
     return len(pieces)
 
 
@@ -2073,8 +2082,8 @@ def parse_args(argv):
                         help="SentencePiece tokenizer.model or tokenizer.json -> tokenizer.bin")
     parser.add_argument("--seq-len", type=int, metavar="N", help="cap the context length")
     parser.add_argument("--dtype", default="f32",
-                        help="weight type of the matrices: f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, "
-                             "or a mix: q4_k_m, q5_k_m, q4_k_s, q5_k_s")
+                        help="weight type of the matrices: " + ", ".join(WEIGHT_TYPES) +
+                             " (GGUF output: f32, f16, q8_0, q4_0)")
     parser.add_argument("--gguf", action="store_true",
                         help="with --hf: write GGUF (weights and tokenizer in one file) even for a model "
                              "run.c's own format can hold")
@@ -2125,8 +2134,18 @@ def export_model(args):
     print(f"wrote {args.out}: run.c v{version} {args.dtype}, {c.describe()}")
 
 
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM: unwinds through atomic_output, which removes its temp file."""
+
+
+def on_signal(signum, frame):
+    raise Interrupted(signum)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         if args.tokenizer:
             n = export_tokenizer(args.tokenizer, args.out)
@@ -2143,6 +2162,12 @@ def main(argv=None):
     except MemoryError:
         print("export.py: out of memory", file=sys.stderr)
         return 1
+    except RecursionError:
+        print("export.py: an input file is nested too deeply to read", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        print(f"export.py: interrupted; {args.out} not written", file=sys.stderr)
+        return 128 + e.args[0]
     return 0
 
 

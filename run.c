@@ -1438,10 +1438,22 @@ static void text_finish(TextOut *o) {
 // Ctrl-C sets this; generation stops at the next token (a second Ctrl-C exits).
 static volatile sig_atomic_t interrupted = 0;
 
+// The temporary file an output (-o) is being written to, until it is renamed
+// into place: a second Ctrl-C or a SIGTERM removes it before exiting.
+static char *volatile unfinished_output = NULL;
+
 void on_interrupt(int sig) {
     (void)sig;
-    if (interrupted) _exit(130);
+    if (interrupted) {
+        if (unfinished_output) unlink(unfinished_output);
+        _exit(130);
+    }
     interrupted = 1;
+}
+
+void on_terminate(int sig) {
+    if (unfinished_output) unlink(unfinished_output);
+    _exit(128 + sig);
 }
 
 static double now_seconds(void) {
@@ -1625,6 +1637,7 @@ static int output_open(Output *out, const char *path) {
         free(out->tmp);
         return fail("%s: cannot write: %s", path, strerror(e));
     }
+    unfinished_output = out->tmp;
     return 0;
 }
 
@@ -1632,6 +1645,7 @@ static int output_open(Output *out, const char *path) {
 // it. Returns err, or -1 with error_message.
 static int output_close(Output *out, int err) {
     if (fclose(out->f) != 0 && !err) err = fail("%s: write failed: %s", out->path, strerror(errno));
+    unfinished_output = NULL;
     if (!err && rename(out->tmp, out->path) != 0) err = fail("%s: cannot rename into place: %s", out->path, strerror(errno));
     if (err) remove(out->tmp);
     free(out->tmp);
@@ -1659,6 +1673,7 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
         forward_batch(t, ids + pos, block, pos, logits);
         if (fwrite(logits, sizeof(float), values, out.f) != values)
             err = fail("%s: write failed: %s", out_path, strerror(errno));
+        if (interrupted) err = fail("%s: interrupted (Ctrl-C); nothing written", out_path);
     }
     err = output_close(&out, err);
     free(logits);
@@ -7857,6 +7872,7 @@ static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigne
             return fail("layer %d's %s has a weight that is not finite (NaN or infinity) in rows %d-%d", layer, name, i, i + n - 1);
         if (bad) return fail("%s has a weight that is not finite (NaN or infinity) in rows %d-%d", name, i, i + n - 1);
         if (fwrite(out, 1, (size_t)n * bytes, f) != (size_t)n * bytes) return fail("write failed: %s", strerror(errno));
+        if (interrupted) return fail("interrupted (Ctrl-C); nothing written");
     }
     return 0;
 }
@@ -8622,10 +8638,12 @@ static const char *beyond_runc(const Transformer *t) {
     return NULL;
 }
 
-// Which input path names ("the model", "-z's tokenizer", "-f's file"), or NULL.
+// Which input path names ("the model", "-z's tokenizer", "-f's file", the
+// default tokenizer), or NULL.
 static const char *input_named(const Options *o, const char *path) {
     if (same_file(path, o->checkpoint)) return "the model";
     if (o->tokenizer && same_file(path, o->tokenizer)) return "-z's tokenizer";
+    if (!o->tokenizer && same_file(path, "tokenizer.bin")) return "the default tokenizer, ./tokenizer.bin";
     if (o->prompt_file && same_file(path, o->prompt_file)) return "-f's file";
     return NULL;
 }
@@ -8654,6 +8672,9 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
                         o->checkpoint, beyond);
         if (quantize_mode(t, o->checkpoint, o->output, o->dtype) != 0) return -1;
         fprintf(stderr, "wrote %s: %s\n", o->output, dtype_name(o->dtype)); // the mix's name, or the type's
+        if (t->is_gguf) // its vocabulary stays behind: the default tokenizer.bin may not be this model's
+            fprintf(stderr, "run: %s holds no tokenizer (run.c's format has none): run it with -z %s\n", o->output,
+                    o->checkpoint);
         return 0;
     }
     // a GGUF model carries its tokenizer; -z still overrides it
@@ -8697,6 +8718,7 @@ int main(int argc, char **argv) {
     struct sigaction on_ctrl_c = {0};
     on_ctrl_c.sa_handler = on_interrupt; // no SA_RESTART: Ctrl-C also ends a wait for input
     sigaction(SIGINT, &on_ctrl_c, NULL);
+    signal(SIGTERM, on_terminate);
     Options o;
     int parsed = parse_args(&o, argc, argv);
     if (parsed == ARGS_HELP) { usage(stdout); return 0; }
@@ -8743,7 +8765,7 @@ int main(int argc, char **argv) {
     free(text);
     if (!err && check_stdout() != 0) err = -1;
     if (err) fprintf(stderr, "run: %s\n", error_message);
-    return err ? 1 : interrupted && o.mode_bit == MODE_GENERATE ? 130 : 0;
+    return interrupted && (err || o.mode_bit == MODE_GENERATE) ? 130 : err ? 1 : 0;
 }
 #endif
 

@@ -4379,6 +4379,51 @@ static void test_culprit_named(const CliFiles *f) {
     cli_free(&r);
 }
 
+// An output interrupted while written leaves nothing: quantize after a
+// Ctrl-C stops with a message and no file; a SIGTERM, or a second Ctrl-C,
+// removes the temporary file before exiting (130, 143).
+static void test_interrupted_outputs(const CliFiles *f) {
+    const char *out = "build/tmp/interrupted.bin";
+    char tmp[PATH_SIZE];
+    Transformer src;
+    remove(out);
+    if (transformer_open_mapped(&src, f->stories, 0) != 0) { report("quantize after Ctrl-C", 0, "%s", error_message); return; }
+    interrupted = 1;
+    int err = quantize_mode(&src, f->stories, out, TYPE_Q8_0);
+    interrupted = 0;
+    transformer_close(&src);
+    format_text(tmp, sizeof tmp, "%s.tmp%d", out, (int)getpid());
+    report("-m quantize after a Ctrl-C stops, saying so, and leaves no file",
+           err != 0 && strstr(error_message, "interrupted") && !file_exists(out) && !file_exists(tmp), "status %d, message \"%s\"",
+           err, error_message);
+    for (int sig = 0; sig < 2; sig++) {
+        const char *name = sig ? "an output's temporary file is removed at a second Ctrl-C (status 130)"
+                               : "an output's temporary file is removed at SIGTERM (status 143)";
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            Output o;
+            if (output_open(&o, out) != 0) _exit(1);
+            if (sig) {
+                struct sigaction on_ctrl_c = {0};
+                on_ctrl_c.sa_handler = on_interrupt;
+                sigaction(SIGINT, &on_ctrl_c, NULL);
+                raise(SIGINT);
+                raise(SIGINT);
+            } else {
+                signal(SIGTERM, on_terminate);
+                raise(SIGTERM);
+            }
+            _exit(2); // not reached
+        }
+        int status = pid > 0 ? wait_status(pid) : -1000;
+        format_text(tmp, sizeof tmp, "%s.tmp%d", out, (int)pid);
+        int left = file_exists(tmp) || file_exists(out);
+        report(name, status == (sig ? 130 : 143) && !left, "exit status %d, %s", status, left ? "A FILE IS LEFT" : "nothing left");
+        remove(tmp);
+    }
+}
+
 // Endless input is refused as soon as it shows it is not text: -f
 // /dev/zero (generate and logits), a chat on stdin from /dev/zero (NUL
 // bytes, no newline) and on an endless line without them: one line, exit
@@ -4463,6 +4508,7 @@ static void test_writes_not_inputs(const CliFiles *f) {
          "--trace", "build/tmp/w-out.f32"},
         {"logits: -o and --trace one new file by two names", "-m", "logits", "-f", "build/tmp/w-ids.txt", "-o",
          "build/tmp/w-new.f32", "--trace", "build/tmp/./w-new.f32"},
+        {"--trace names the default ./tokenizer.bin", "-n", "5", "--trace", "tokenizer.bin"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[160], status[64], got[256];
@@ -4648,6 +4694,7 @@ static void new_user_tests(void) {
     test_writes_not_inputs(&f);
     test_endless_input(&f);
     test_culprit_named(&f);
+    test_interrupted_outputs(&f);
     test_chat_blank_system_and_first(&f);
     test_fifo_inputs(&f);
     test_foreign_models(&f);
@@ -7428,6 +7475,29 @@ static void export_tests(void) {
            executable ? "executable" : "not executable or no shebang");
     cli_free(&r);
     mkdir("build/export", 0755);
+    // an OUT that is a symlink or a FIFO is refused in one line and left as it was
+    remove("build/export/out-link"), remove("build/export/out-fifo"), remove("build/export/out-target");
+    save_file("build/export/out-target", "keep", 4);
+    if (symlink("out-target", "build/export/out-link") != 0 || mkfifo("build/export/out-fifo", 0644) != 0) {
+        report("export.py: OUT a symlink or a FIFO", 0, "cannot make the fixtures: %s", strerror(errno));
+    } else {
+        shared_path(stories, "models/stories260K/stories260K.bin");
+        for (int i = 0; i < 2; i++) {
+            const char *out = i ? "build/export/out-fifo" : "build/export/out-link";
+            char name[128];
+            format_text(name, sizeof name, "export.py: OUT %s is refused in one line and left as it was", out);
+            python(&r, export_py, out, "--llama2c", stories, NULL);
+            struct stat ls;
+            Bytes target = {0};
+            int kept = lstat(out, &ls) == 0 && (i ? S_ISFIFO(ls.st_mode) : S_ISLNK(ls.st_mode)) &&
+                       load_file("build/export/out-target", &target) == 0 && target.len == 4;
+            bytes_free(&target);
+            report(name, r.status == 1 && count_lines(&r.err) == 1 && kept, "%s, stderr %s, %s",
+                   status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err),
+                   kept ? "untouched" : "CHANGED");
+            cli_free(&r);
+        }
+    }
     test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
     test_export_tokenizer("models/stories260K/tok512.model", "models/stories260K/tok512.bin",
