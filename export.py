@@ -2069,8 +2069,21 @@ def hf_gguf_tokenizer(directory, tj, hf_cfg, vocab_size):
 # ---------------------------------------------------------------------------
 # Command line
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors in one line, as run.c's: the problem, then where the usage is."""
+
+    def error(self, message):
+        self.exit(2, f"export.py: {message} (export.py -h for usage)\n")
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
+    argv = sys.argv[1:] if argv is None else argv
+    options = [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+    for name in options:
+        if options.count(name) > 1:
+            print(f"export.py: {name}: given twice (export.py -h for usage)", file=sys.stderr)
+            sys.exit(2)
+    parser = OneLineParser(
         prog="export.py", description="Convert Llama checkpoints and tokenizers for run.c.",
         epilog="examples: export.py model.bin --hf DIR | export.py --tokenizer tokenizer.model tok.bin")
     parser.add_argument("out", metavar="OUT.bin", help="the file to write")
@@ -2096,6 +2109,12 @@ def parse_args(argv):
         parser.error("--seq-len and --dtype apply to checkpoints, not to --tokenizer")
     if args.gguf and not args.hf:
         parser.error("--gguf applies to --hf directories")
+    # OUT's folder is checked now, not after the conversion
+    folder = os.path.dirname(os.path.abspath(args.out)) if args.out else ""
+    if not args.out or args.out.endswith(os.sep) or os.path.isdir(args.out):
+        parser.error(f"OUT {args.out!r}: give the name of a file to write")
+    if not os.path.isdir(folder):
+        parser.error(f"OUT {args.out}: the folder {folder} does not exist")
     return args
 
 

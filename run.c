@@ -8403,7 +8403,11 @@ void usage(FILE *f) {
         "                             q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l | q4_k_s | q5_k_s\n"
         "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
         "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
+#ifdef _OPENMP
         "      --threads <int>        threads (default: OMP_NUM_THREADS, else every core)\n"
+#else
+        "      --threads <int>        1 only: this build has no OpenMP (make OPENMP=1)\n"
+#endif
         "  -h, --help                 this help\n"
         "Long flags also take --name=value.\n");
 }
@@ -8445,7 +8449,8 @@ static int parse_seed(const char *flag, const char *s, uint64_t *out) {
     errno = 0;
     if (!isdigit((unsigned char)s[0])) return fail("%s: '%s' is not a non-negative whole number", flag, s);
     unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || errno) return fail("%s: '%s' is not a non-negative whole number", flag, s);
+    if (*end != '\0') return fail("%s: '%s' is not a non-negative whole number", flag, s);
+    if (errno == ERANGE) return fail("%s: %s is out of range [0, %llu]", flag, s, ULLONG_MAX);
     *out = v;
     return 0;
 }
@@ -8550,6 +8555,8 @@ int parse_args(Options *o, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *value;
         int f = find_flag(argv[i], &value);
+        if (f < 0 && argv[i][0] != '-')
+            return fail("%s: a second model? give one model, first; every other argument is a flag", argv[i]);
         if (f < 0) return fail("%s: unknown flag", argv[i]);
         const char *name = argv[i][1] == '-' ? cli_flags[f].long_name : cli_flags[f].short_name;
         if (given[f]) return fail("%s: given twice (also as %s)", name, given[f]);
@@ -8730,9 +8737,9 @@ int main(int argc, char **argv) {
     if (o.threads > 0) omp_set_num_threads(o.threads);
 #endif
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores > 0 && o.threads > cores) // OpenMP threads wait by spinning: more than the cores slows every step
-        fprintf(stderr, "run: --threads %d is more than the %ld cores here; expect it to run many times slower\n", o.threads,
-                cores);
+    if (cores > 0 && threads_available() > cores) // OpenMP threads wait by spinning: more than the cores slows every step
+        fprintf(stderr, "run: %d threads (%s) are more than the %ld cores here; expect it to run many times slower\n",
+                threads_available(), o.threads ? "--threads" : "OMP_NUM_THREADS", cores);
     size_t text_len = 0;
     char *text = prompt_text(&o, &text_len);
     // outputs are checked before the model loads: a mistake should not cost the load

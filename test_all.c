@@ -3695,6 +3695,14 @@ static void test_cli_usage(const CliFiles *f) {
     report("cli: -n 99999999999999999999 is out of range", r.status == 2 && strstr(r.err.data, "out of range"), "%s, stderr %s",
            status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
     cli_free(&r);
+    cli(&r, f->stories, "-s", "99999999999999999999999", NULL);
+    report("cli: -s 99999999999999999999999 is out of range", r.status == 2 && strstr(r.err.data, "out of range"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+    cli(&r, f->stories, "other.bin", NULL);
+    report("cli: a second model argument is named as such", r.status == 2 && strstr(r.err.data, "a second model"),
+           "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
     // more threads than cores: a one-line notice, and it runs; as many: no notice
     char threads[2][32];
     format_text(threads[0], sizeof threads[0], "%ld", sysconf(_SC_NPROCESSORS_ONLN) + 1);
@@ -7475,13 +7483,13 @@ static void export_tests(void) {
            executable ? "executable" : "not executable or no shebang");
     cli_free(&r);
     mkdir("build/export", 0755);
+    shared_path(stories, "models/stories260K/stories260K.bin");
     // an OUT that is a symlink or a FIFO is refused in one line and left as it was
     remove("build/export/out-link"), remove("build/export/out-fifo"), remove("build/export/out-target");
     save_file("build/export/out-target", "keep", 4);
     if (symlink("out-target", "build/export/out-link") != 0 || mkfifo("build/export/out-fifo", 0644) != 0) {
         report("export.py: OUT a symlink or a FIFO", 0, "cannot make the fixtures: %s", strerror(errno));
     } else {
-        shared_path(stories, "models/stories260K/stories260K.bin");
         for (int i = 0; i < 2; i++) {
             const char *out = i ? "build/export/out-fifo" : "build/export/out-link";
             char name[128];
@@ -7497,6 +7505,21 @@ static void export_tests(void) {
                    kept ? "untouched" : "CHANGED");
             cli_free(&r);
         }
+    }
+    // usage errors in one line, status 2, before any work: a flag given twice, OUT in a missing folder, no OUT name
+    static const char *const usage[][6] = {
+        {"--dtype given twice", "build/export/twice.bin", "--llama2c", "(stories260K)", "--dtype=q8_0", "--dtype"},
+        {"OUT in a missing folder", "build/export/no-such-folder/x.bin", "--llama2c", "(stories260K)", NULL, NULL},
+        {"OUT empty", "", "--llama2c", "(stories260K)", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        char name[128];
+        format_text(name, sizeof name, "export.py: %s is a one-line usage error, status 2", usage[i][0]);
+        if (usage[i][4]) python(&r, export_py, usage[i][1], usage[i][2], stories, usage[i][4], usage[i][5], "q4_0", NULL);
+        else python(&r, export_py, usage[i][1], usage[i][2], stories, NULL);
+        report(name, r.status == 2 && count_lines(&r.err) == 1 && !file_exists("build/export/twice.bin"), "%s, stderr %s",
+               status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
     }
     test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
