@@ -1562,6 +1562,8 @@ def write_tokenizer_bin(out_path, pieces, scores, bos_id, eos_id, inputs):
         if i in (bos_id, eos_id):
             piece = b"\n" + piece + b"\n"
         tokens.append(piece.replace(SPACE_MARK, b" "))
+    if not tokens:
+        raise ExportError(f"{inputs[0]}: the vocabulary is empty")
     with atomic_output(out_path, inputs) as f:
         f.write(struct.pack("<I", max(len(t) for t in tokens)))
         for token, score in zip(tokens, scores):
