@@ -1472,6 +1472,8 @@ class Llama2cModel:
         magic = struct.unpack_from("<I", head)[0]
         if magic == RUNC_MAGIC:
             raise ExportError(f"{path}: is already a run.c checkpoint, not a llama2.c one")
+        if magic == GGUF_MAGIC:
+            raise ExportError(f"{path}: is a GGUF file, not a llama2.c checkpoint: ./run reads it as it is")
         if magic == LLAMA2C_MAGIC:
             if self.size < RUNC_HEADER_SIZE:
                 raise ExportError(f"{path}: too short for a llama2.c v1/v2 header")
@@ -1666,10 +1668,14 @@ def read_sentencepiece(path, data):
 
 
 def export_sentencepiece(path, data, out_path):
+    if not data:
+        raise ExportError(f"{path}: is empty")
+    if data[:4] == struct.pack("<I", GGUF_MAGIC):
+        raise ExportError(f"{path}: is a GGUF file, which carries its own tokenizer: give it to ./run as -z")
     try:
         m = read_sentencepiece(path, data)
     except (ValueError, IndexError) as e:
-        raise ExportError(f"{path}: not a SentencePiece model ({e})")
+        raise ExportError(f"{path}: not a SentencePiece tokenizer.model or a tokenizer.json ({e})")
     write_tokenizer_bin(out_path, m.pieces, m.scores, m.bos_id, m.eos_id, [path])
     return len(m.pieces)
 
@@ -2026,7 +2032,7 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
         try:
             spm = read_sentencepiece(path, data)
         except (ValueError, IndexError) as e:
-            raise ExportError(f"{path}: not a SentencePiece model ({e})")
+            raise ExportError(f"{path}: not a SentencePiece tokenizer.model or a tokenizer.json ({e})")
         tokens = [p.decode("utf-8", "replace") for p in spm.pieces]
         scores = [struct.unpack("<f", s)[0] for s in spm.scores]
         types, added, fallback = spm.types, {}, {"bos": spm.bos_id, "eos": spm.eos_id, "unk": spm.unk_id}
