@@ -3683,7 +3683,7 @@ static void test_cli_usage(const CliFiles *f) {
                status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
         cli_free(&r);
     }
-    // a float too small for a float is a number (rounded); an integer too
+    // a value too small for a float is a number (rounded); an integer too
     // large for a long is out of range, not "not a number"
     CliResult r;
     char status[64], got[256];
