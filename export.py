@@ -972,7 +972,12 @@ def atomic_output(path, inputs):
             raise ExportError(f"{path}: is an input file; refusing to overwrite it")
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=directory)
+        # a name too long to take the suffix (file systems allow 255 bytes)
+        # is written as .export.tmp-XXXX in its folder
+        prefix = os.path.basename(path) + ".tmp-"
+        if len(os.fsencode(prefix)) + 8 > 255:
+            prefix = ".export.tmp-"
+        fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)
     except OSError as e:
         raise ExportError(f"{path}: cannot create a file there: {e.strerror}")
     try:

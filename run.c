@@ -1631,7 +1631,12 @@ static int output_open(Output *out, const char *path) {
     if (check_output(path) != 0) return -1;
     size_t len = strlen(path) + 32;
     if (!(out->tmp = malloc(len))) return fail("out of memory");
-    snprintf(out->tmp, len, "%s.tmp%d", path, (int)getpid());
+    // path.tmpPID beside it; a name too long to take the suffix (file
+    // systems allow 255 bytes) is written as .run.tmpPID in its folder
+    const char *slash = strrchr(path, '/');
+    size_t folder = slash ? (size_t)(slash - path) + 1 : 0;
+    if (strlen(path) - folder + 16 > 255) snprintf(out->tmp, len, "%.*s.run.tmp%d", (int)folder, path, (int)getpid());
+    else snprintf(out->tmp, len, "%s.tmp%d", path, (int)getpid());
     if (!(out->f = fopen(out->tmp, "wb"))) {
         int e = errno;
         free(out->tmp);

@@ -6823,6 +6823,25 @@ static void test_quantize_failure_leaves_nothing(void) {
     }
 }
 
+// An output whose name is too long to take the temporary suffix (a
+// 250-byte name, the file systems' limit 255) is written all the same,
+// through a short temporary name in its folder, and nothing else is left.
+static void test_long_output_name(const char *model) {
+    const char *dir = "build/tmp/long-name";
+    char out[PATH_SIZE], base[251];
+    memset(base, 'n', 246);
+    memcpy(base + 246, ".bin", 5);
+    format_text(out, sizeof out, "%s/%s", dir, base);
+    clear_dir(dir);
+    Transformer t;
+    int err = transformer_open_mapped(&t, model, 0);
+    if (!err) err = quantize_mode(&t, model, out, TYPE_Q8_0), transformer_close(&t);
+    int entries = count_entries(dir);
+    report("-m quantize writes an output named with 250 bytes (no room for the .tmp suffix), and only it",
+           err == 0 && file_exists(out) && entries == 1, "status %d (%s), %d files in %s", err, err ? error_message : "",
+           entries, dir);
+}
+
 // Where a and b first differ (the shorter length if one is a prefix of the
 // other); -1 if they are identical.
 static long bytes_difference(const Bytes *a, const Bytes *b) {
@@ -7521,6 +7540,21 @@ static void export_tests(void) {
                status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
         cli_free(&r);
     }
+    // an OUT named with 250 bytes, no room for the temporary suffix: written all the same, and only it
+    {
+        const char *dir = "build/export/long-name";
+        char out[PATH_SIZE], base[251];
+        memset(base, 'e', 246);
+        memcpy(base + 246, ".bin", 5);
+        format_text(out, sizeof out, "%s/%s", dir, base);
+        clear_dir(dir);
+        python(&r, export_py, out, "--llama2c", stories, NULL);
+        int entries = count_entries(dir);
+        report("export.py: an OUT named with 250 bytes (no room for the .tmp suffix) is written, and only it",
+               r.status == 0 && file_exists(out) && entries == 1, "%s, %d files in %s, stderr %s",
+               status_text(r.status, status, sizeof status), entries, dir, quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
     test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
     test_export_tokenizer("models/stories260K/tok512.model", "models/stories260K/tok512.bin",
@@ -7674,6 +7708,9 @@ int main(int argc, char **argv) {
     rope_tests();
     template_tests();
     test_quantize_failure_leaves_nothing();
+    char stories[PATH_SIZE];
+    shared_path(stories, "models/stories260K/stories260K.bin");
+    test_long_output_name(stories);
     finish_child_group(&export);
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
