@@ -1672,6 +1672,44 @@ def read_sentencepiece(path, data):
     return m
 
 
+def not_a_tokenizer(path, data, e):
+    """The refusal for a file that is no tokenizer.model or tokenizer.json:
+    what it is instead, when it is one of run.c's own inputs, else the
+    parser's reason."""
+    if is_tokenizer_bin(data):
+        return ExportError(f"{path}: is a llama2.c tokenizer.bin already: give it to ./run as -z")
+    magic = struct.unpack_from("<I", data)[0] if len(data) >= 4 else None
+    if magic == RUNC_MAGIC:
+        return ExportError(f"{path}: is a run.c checkpoint, not a tokenizer: ./run reads it as it is")
+    if magic == LLAMA2C_MAGIC:
+        return ExportError(f"{path}: is a llama2.c checkpoint, not a tokenizer: give it with --llama2c")
+    if len(data) >= 28:
+        try:
+            Llama2cModel(path)
+            return ExportError(f"{path}: is a llama2.c checkpoint, not a tokenizer: give it with --llama2c")
+        except (ExportError, ValueError, OSError):
+            pass
+    return ExportError(f"{path}: not a SentencePiece tokenizer.model or a tokenizer.json ({e})")
+
+
+def is_tokenizer_bin(data):
+    """Whether data is a whole llama2.c tokenizer.bin: max_token_length, then
+    (score, length, bytes) records up to the last byte exactly."""
+    if len(data) < 4:
+        return False
+    longest, at, count = struct.unpack_from("<i", data)[0], 4, 0
+    if not 0 < longest <= 65536:
+        return False
+    while at < len(data):
+        if at + 8 > len(data):
+            return False
+        length = struct.unpack_from("<i", data, at + 4)[0]
+        if not 0 <= length <= longest or at + 8 + length > len(data):
+            return False
+        at, count = at + 8 + length, count + 1
+    return count >= 3
+
+
 def export_sentencepiece(path, data, out_path):
     if not data:
         raise ExportError(f"{path}: is empty")
@@ -1680,7 +1718,7 @@ def export_sentencepiece(path, data, out_path):
     try:
         m = read_sentencepiece(path, data)
     except (ValueError, IndexError) as e:
-        raise ExportError(f"{path}: not a SentencePiece tokenizer.model or a tokenizer.json ({e})")
+        raise not_a_tokenizer(path, data, e)
     write_tokenizer_bin(out_path, m.pieces, m.scores, m.bos_id, m.eos_id, [path])
     return len(m.pieces)
 
@@ -2037,7 +2075,7 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
         try:
             spm = read_sentencepiece(path, data)
         except (ValueError, IndexError) as e:
-            raise ExportError(f"{path}: not a SentencePiece tokenizer.model or a tokenizer.json ({e})")
+            raise not_a_tokenizer(path, data, e)
         tokens = [p.decode("utf-8", "replace") for p in spm.pieces]
         scores = [struct.unpack("<f", s)[0] for s in spm.scores]
         types, added, fallback = spm.types, {}, {"bos": spm.bos_id, "eos": spm.eos_id, "unk": spm.unk_id}

@@ -7555,6 +7555,24 @@ static void export_tests(void) {
                status_text(r.status, status, sizeof status), entries, dir, quoted(r.err.data, r.err.len, err, sizeof err));
         cli_free(&r);
     }
+    // run.c's own inputs given to --tokenizer are named as what they are, with what to do instead
+    {
+        static const char *const given[][3] = {
+            {"models/stories260K/tok512.bin", "is a llama2.c tokenizer.bin already", "-z"},
+            {"models/stories260K/stories260K.bin", "is a llama2.c checkpoint", "--llama2c"},
+        };
+        for (int i = 0; i < 2; i++) {
+            char in[PATH_SIZE], name[160];
+            shared_path(in, given[i][0]);
+            format_text(name, sizeof name, "export.py: --tokenizer %s says what it is (%s) and to give it as %s", given[i][0],
+                        given[i][1], given[i][2]);
+            python(&r, export_py, "build/export/not-written.bin", "--tokenizer", in, NULL);
+            report(name, r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, given[i][1]) &&
+                             strstr(r.err.data, given[i][2]) && !file_exists("build/export/not-written.bin"),
+                   "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+            cli_free(&r);
+        }
+    }
     test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
     test_export_tokenizer("models/stories260K/tok512.model", "models/stories260K/tok512.bin",
