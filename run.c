@@ -5069,7 +5069,10 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // The far request depends on the machine (BENCHMARKS.md, sessions 9-28;
 // tl1b generation, 2 threads):
 // - Intel Sapphire Rapids (our 2 threads an SMT pair of one core):
-//   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%.
+//   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%. On a later Intel
+//   Xeon with our threads on two cores (session 30) the same won or tied
+//   every variant: no requests -8% (Q6_K) to -24% (Q4_K_M), PREFETCHNTA
+//   -51%, T0 alone farther than 2 KB -7 to -16%.
 // - AMD Zen 5: PREFETCHNTA (in AMD's guides, a fill of L1 not kept in L2
 //   afterwards; Zen drops PREFETCHT1 at times) 6 KB ahead, the K-quants
 //   a block's lines in one burst (prefetch_share). The best distance
