@@ -6826,13 +6826,19 @@ static void test_quantize_failure_leaves_nothing(void) {
 // An output whose name is too long to take the temporary suffix (a
 // 250-byte name, the file systems' limit 255) is written all the same,
 // through a short temporary name in its folder, and nothing else is left.
-static void test_long_output_name(const char *model) {
-    const char *dir = "build/tmp/long-name";
-    char out[PATH_SIZE], base[251];
+// out = dir/ and a 250-byte name ending .bin, in dir emptied first.
+static void long_output_name(char *out, size_t size, const char *dir) {
+    char base[251];
     memset(base, 'n', 246);
     memcpy(base + 246, ".bin", 5);
-    format_text(out, sizeof out, "%s/%s", dir, base);
+    format_text(out, size, "%s/%s", dir, base);
     clear_dir(dir);
+}
+
+static void test_long_output_name(const char *model) {
+    const char *dir = "build/tmp/long-name";
+    char out[PATH_SIZE];
+    long_output_name(out, sizeof out, dir);
     Transformer t;
     int err = transformer_open_mapped(&t, model, 0);
     if (!err) err = quantize_mode(&t, model, out, TYPE_Q8_0), transformer_close(&t);
@@ -7543,11 +7549,8 @@ static void export_tests(void) {
     // an OUT named with 250 bytes, no room for the temporary suffix: written all the same, and only it
     {
         const char *dir = "build/export/long-name";
-        char out[PATH_SIZE], base[251];
-        memset(base, 'e', 246);
-        memcpy(base + 246, ".bin", 5);
-        format_text(out, sizeof out, "%s/%s", dir, base);
-        clear_dir(dir);
+        char out[PATH_SIZE];
+        long_output_name(out, sizeof out, dir);
         python(&r, export_py, out, "--llama2c", stories, NULL);
         int entries = count_entries(dir);
         report("export.py: an OUT named with 250 bytes (no room for the .tmp suffix) is written, and only it",
