@@ -2156,9 +2156,11 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
     if (!chat.context) return fail("out of memory");
     char *asked_system = NULL;
-    int err = 0;
+    int err = 0, input_ended = 0;
     if (!system) {
-        err = ask("System prompt (Enter for none): ", 0, &asked_system) < 0 ? -1 : 0;
+        int got = ask("System prompt (Enter for none): ", 0, &asked_system);
+        err = got < 0 ? -1 : 0;
+        input_ended = got == 0; // none; a first message from -i is still answered
         if (asked_system && blank(asked_system)) asked_system[0] = '\0'; // none, as Enter alone
         chat.system = asked_system;
     }
@@ -2171,12 +2173,13 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
                        t->config.seq_len);
         free(first);
     }
-    for (int turn = 0; !err && (system || asked_system); turn++) {
+    for (int turn = 0; !err; turn++) {
         char *user = NULL;
         if (turn == 0 && first_message) {
             if (!(user = strdup(first_message))) { err = fail("out of memory"); break; }
             if (!blank(user)) printf("User: %s\n", user);
         } else {
+            if (input_ended) break;
             int got = ask("User: ", 1, &user);
             if (got <= 0) { err = got; break; } // end of input, or an error
         }

@@ -4487,6 +4487,12 @@ static void test_chat_blank_system_and_first(const CliFiles *f) {
     report("chat: -i \"\" prints no empty User: turn", r.status == 0 && !strstr(r.out.data, "User:"), "%s, stdout %s",
            status_text(r.status, status, sizeof status), quoted(r.out.data, r.out.len, got, sizeof got));
     cli_free(&r);
+    // no -y and stdin at its end: no system prompt, and -i's message is still answered
+    cli_input(&r, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", "-i", "Hi", "-n", "2", NULL);
+    report("chat: -i's message is answered when stdin ends before a system prompt is typed",
+           r.status == 0 && strstr(r.out.data, "User: Hi\nAssistant: "), "%s, stdout %s",
+           status_text(r.status, status, sizeof status), quoted(r.out.data, r.out.len, got, sizeof got));
+    cli_free(&r);
 }
 
 // -o and --trace may not name an input (the model, -z's tokenizer, -f's
