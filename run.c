@@ -7165,6 +7165,38 @@ static void gguf_free(Gguf *g) {
     memset(g, 0, sizeof *g);
 }
 
+// Orders (name, length) pairs, for finding a name given twice.
+typedef struct { const char *name; size_t len; } NameSpan;
+static int compare_name_spans(const void *a, const void *b) {
+    const NameSpan *x = a, *y = b;
+    int c = memcmp(x->name, y->name, x->len < y->len ? x->len : y->len);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+// A name given twice among n (a metadata key or a tensor), or NULL; *dup
+// its length. The first copy would win in silence, so such a file is refused.
+static const char *repeated_name(NameSpan *names, uint64_t n, size_t *dup) {
+    qsort(names, (size_t)n, sizeof *names, compare_name_spans);
+    for (uint64_t i = 1; i < n; i++)
+        if (compare_name_spans(&names[i - 1], &names[i]) == 0) { *dup = names[i].len; return names[i].name; }
+    return NULL;
+}
+
+static int gguf_check_unique(const Gguf *g, const char *path) {
+    uint64_t most = g->n_values > g->n_tensors ? g->n_values : g->n_tensors;
+    NameSpan *names = malloc((size_t)most * sizeof *names + 1);
+    if (!names) return fail("%s: out of memory", path);
+    size_t len = 0;
+    for (uint64_t i = 0; i < g->n_values; i++) names[i] = (NameSpan){g->values[i].key, g->values[i].key_len};
+    const char *key = repeated_name(names, g->n_values, &len);
+    int err = key ? fail("%s: metadata key %.*s is given twice", path, (int)(len < 96 ? len : 96), key) : 0;
+    for (uint64_t i = 0; i < g->n_tensors && !err; i++) names[i] = (NameSpan){g->tensors[i].name, g->tensors[i].name_len};
+    const char *tensor = err ? NULL : repeated_name(names, g->n_tensors, &len);
+    if (tensor) err = fail("%s: tensor %.*s is given twice", path, (int)(len < 96 ? len : 96), tensor);
+    free(names);
+    return err;
+}
+
 static int compare_tensor_offset(const void *a, const void *b) {
     const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
@@ -7263,6 +7295,7 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
             goto error;
         }
     }
+    if ((err = gguf_check_unique(g, path)) != 0) goto error;
     int64_t alignment;
     if (gguf_int(g, "general.alignment", 32, &alignment) != 0 || alignment <= 0 || alignment > 65536 ||
         (alignment & (alignment - 1))) {
@@ -7323,7 +7356,8 @@ static const char *arch_key(char *key, size_t size, const char *arch, const char
 }
 
 // RoPE scaling from ARCH.rope.scaling.type/factor (or the older
-// ARCH.rope.scale_linear): linear divides positions by the factor; Llama
+// ARCH.rope.scale_linear): linear (also when no type is given) divides
+// positions by the factor; Llama
 // 3.1's scaling comes as the rope_freqs tensor (gguf_weights) instead.
 static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const char *path) {
     char key[96];
@@ -7333,8 +7367,12 @@ static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const c
     if (type && !(len == 4 && !memcmp(type, "none", 4)) && !(len == 6 && !memcmp(type, "linear", 6)))
         return fail("%s: rope.scaling.type '%.*s' is not supported (none and linear are)", path,
                     (int)(len < 64 ? len : 64), type);
+    // as llama.cpp: no type is linear, and the factor is rope.scaling.factor
+    // where given, else the older rope.scale_linear
     int err = gguf_float(g, arch_key(key, sizeof key, arch, "rope.scale_linear"), 1.0f, &factor);
-    if (type && len == 6) err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.scaling.factor"), 1.0f, &factor);
+    if (gguf_find(g, arch_key(key, sizeof key, arch, "rope.scaling.factor")))
+        err |= gguf_float(g, key, 1.0f, &factor);
+    if (type && len == 4) factor = 1.0f; // none
     if (err || !(factor > 0.0f) || !isfinite(factor))
         return fail("%s: the RoPE scaling factor is not a positive number", path);
     c->rope_scale = 1.0f / factor;
@@ -7343,6 +7381,11 @@ static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const c
 
 static int gguf_config(Config *c, const Gguf *g, const char *path) {
     size_t len;
+    int64_t split = 0, part = 0; // llama-gguf-split's parts: only the first has the metadata
+    gguf_int(g, "split.count", 0, &split), gguf_int(g, "split.no", 0, &part);
+    if (split > 1)
+        return fail("%s: is part %lld of %lld of a split model; join the parts into one file first (llama.cpp's "
+                    "llama-gguf-split --merge FIRST_PART OUT.gguf)", path, (long long)part + 1, (long long)split);
     const char *name = gguf_string(g, "general.architecture", &len);
     if (!name) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
     int a = -1;
@@ -7352,33 +7395,84 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
         return fail("%s: architecture '%.*s' is not supported (llama and qwen2 are)", path, (int)(len < 64 ? len : 64),
                     name);
     const char *arch = architectures[a].name;
+    int64_t experts = 0;
+    char key[96];
+    gguf_int(g, arch_key(key, sizeof key, arch, "expert_count"), 0, &experts);
+    if (experts > 0)
+        return fail("%s: a mixture-of-experts model (%s.expert_count %lld), which run.c does not compute", path, arch,
+                    (long long)experts);
     if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
-    static const char *const keys[] = {"embedding_length", "feed_forward_length", "block_count",
-                                       "attention.head_count", "attention.head_count_kv", "context_length"};
-    char key[96];
+    static const char *const keys[] = {"embedding_length", "feed_forward_length", "block_count", "attention.head_count",
+                                       "attention.head_count_kv", "context_length", "tokenizer.ggml.bos_token_id",
+                                       "tokenizer.ggml.eos_token_id"};
     int64_t v[8];
-    int err = gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &v[6]) | gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &v[7]);
-    for (int i = 0; i < 6; i++) err |= gguf_int(g, arch_key(key, sizeof key, arch, keys[i]), i == 4 ? v[3] : 0, &v[i]);
-    err |= gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base"), 10000.0f, &c->rope_theta);
-    err |= gguf_float(g, arch_key(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps);
-    if (err) return fail("%s: a %s.* metadata value has the wrong type", path, arch);
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 8; i++) { // the first six are ARCH.name; a missing one is 0, refused below by name
+        if (i < 6) arch_key(key, sizeof key, arch, keys[i]);
+        else snprintf(key, sizeof key, "%s", keys[i]);
+        if (gguf_int(g, key, i == 4 ? v[3] : i == 6 ? 1 : i == 7 ? 2 : 0, &v[i]) != 0)
+            return fail("%s: metadata %s is not an integer (one value for all layers is what run.c reads)", path, key);
         if (v[i] < INT32_MIN || v[i] > INT32_MAX)
-            return fail("%s: %s.* metadata value %lld is out of range", path, arch, (long long)v[i]);
+            return fail("%s: metadata %s = %lld is out of range", path, key, (long long)v[i]);
+        if (i < 6 && v[i] <= 0)
+            return fail("%s: metadata %s is %s", path, key, gguf_find(g, key) ? "not a positive number" : "missing");
+    }
+    if (gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base"), 10000.0f, &c->rope_theta) != 0 ||
+        gguf_float(g, arch_key(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps) != 0)
+        return fail("%s: metadata %s is not a number", path, key);
     *c = (Config){.dim = (int)v[0], .hidden_dim = (int)v[1], .n_layers = (int)v[2], .n_heads = (int)v[3],
                   .n_kv_heads = (int)v[4], .vocab_size = (int)emb->dims[1], .seq_len = (int)v[5],
                   .head_size = v[3] > 0 ? (int)(v[0] / v[3]) : 0, .rope_theta = c->rope_theta,
                   .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
                   .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
+    // a head size of its own (Mistral Nemo's 128 with dim 5120 and 32 heads) is not supported
+    for (int i = 0; i < 2; i++) {
+        int64_t length;
+        arch_key(key, sizeof key, arch, i ? "attention.value_length" : "attention.key_length");
+        if (gguf_int(g, key, c->head_size, &length) != 0 || length != c->head_size)
+            return fail("%s: metadata %s is not embedding_length / head_count = %d (a head size of its own is not "
+                        "supported)", path, key, c->head_size);
+    }
     int64_t rope_dims;
     if (gguf_int(g, arch_key(key, sizeof key, arch, "rope.dimension_count"), c->head_size, &rope_dims) != 0 ||
         rope_dims != c->head_size)
         return fail("%s: %s.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
                     path, arch, (long long)rope_dims, c->head_size);
     return gguf_rope_scaling(c, g, arch, path);
+}
+
+// The tensors a model's layers hold: ".weight" for all, ".bias" for attn_q/k/v only.
+static const char *const layer_tensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
+                                            "attn_v.weight", "attn_output.weight", "ffn_gate.weight", "ffn_down.weight",
+                                            "ffn_up.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"};
+
+// Refuses a tensor run.c would not read: computing without it would give
+// other logits than the file's own program (a bias on attn_output, a
+// layer beyond block_count, another architecture's norms).
+static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
+    static const char *const top[] = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"};
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *name = g->tensors[i].name;
+        int len = (int)(g->tensors[i].name_len < 96 ? g->tensors[i].name_len : 96), used = 0, layer = -1, at = 0;
+        char text[100], prefix[24];
+        memcpy(text, name, (size_t)len);
+        text[len] = '\0';
+        for (size_t k = 0; k < sizeof top / sizeof *top; k++) used |= strcmp(text, top[k]) == 0;
+        // blk.N. with N written as run.c writes it (no sign, no leading zeros)
+        int in_layer = sscanf(text, "blk.%d.%n", &layer, &at) == 1 && at > 0 && layer >= 0 &&
+                       snprintf(prefix, sizeof prefix, "blk.%d.", layer) == at && !strncmp(text, prefix, (size_t)at);
+        if (in_layer && layer >= c->n_layers)
+            return fail("%s: tensor %s is in layer %d, but block_count says %d layers", path, text, layer, c->n_layers);
+        for (size_t k = 0; in_layer && k < sizeof layer_tensors / sizeof *layer_tensors; k++)
+            used |= strcmp(text + at, layer_tensors[k]) == 0;
+        if (!used)
+            return fail("%s: tensor %s is not one run.c computes with (per layer it reads attn_norm, attn_q/k/v and "
+                        "their biases, attn_output, ffn_norm and ffn_gate/up/down): a file for another kind of model?",
+                        path, text);
+    }
+    return 0;
 }
 
 static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
@@ -7413,7 +7507,7 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
             if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
         }
     }
-    return 0;
+    return gguf_check_used(g, c, path);
 }
 
 /* The byte-level BPE vocabulary of a GGUF file (tokenizer.ggml.model

@@ -6377,44 +6377,48 @@ static void test_generation_stops_at_eog(void) {
 /* ============================================================================
    Llama 3 family: RoPE variants and the qwen2 architecture */
 
-// A copy of the GGUF file src at dst with two more metadata values: the
-// string key1 = value1 and the float key2 = value2 (key2 NULL: none). The
-// values are padded with a third to a multiple of the alignment, so the
-// tensor data keeps its alignment. 0 ok, -1 on failure.
-static int add_gguf_values(const char *src, const char *dst, const char *key1, const char *value1, const char *key2,
-                           float value2) {
+// One metadata value to add: a string (text), or a number as F32 or U32.
+typedef struct {
+    const char *key;
+    uint32_t type; // GGUF_STRING, GGUF_F32 or GGUF_U32
+    const char *text;
+    double number;
+} GgufEntry;
+
+// A copy of the GGUF file src at dst with n more metadata values, padded
+// with one more (a string) to a multiple of the alignment, so the tensor
+// data keeps its alignment. 0 ok, -1 on failure.
+static int add_gguf_values(const char *src, const char *dst, const GgufEntry *entries, int n) {
     Bytes file;
-    if (load_file(src, &file) != 0) return -1;
+    if (n > 4 || load_file(src, &file) != 0) return -1;
     Gguf g;
     int64_t alignment;
     if (gguf_parse(&g, (const unsigned char *)file.data, file.len, src) != 0) { bytes_free(&file); return -1; }
     gguf_int(&g, "general.alignment", 32, &alignment);
     size_t at = (size_t)((const char *)g.tensors[0].name - 8 - file.data); // where the tensor infos start
-    uint64_t n_values = g.n_values;
+    uint64_t n_values = g.n_values + (uint64_t)n + 1;
     gguf_free(&g);
-    unsigned char extra[512];
-    size_t n = 0;
-    const char *keys[] = {key1, key2, "test.padding"};
-    for (int k = 0; k < 3; k++) {
-        if (!keys[k]) continue;
-        size_t key_len = strlen(keys[k]);
-        put_le64(extra + n, key_len);
-        memcpy(extra + n + 8, keys[k], key_len);
-        n += 8 + key_len;
-        put_le32(extra + n, k == 1 ? GGUF_F32 : GGUF_STRING);
-        n += 4;
-        if (k == 1) { memcpy(extra + n, &value2, 4); n += 4; continue; }
-        size_t len = k == 0 ? strlen(value1) : ((size_t)alignment - (n + 8) % (size_t)alignment) % (size_t)alignment;
-        put_le64(extra + n, len);
-        if (k == 0) memcpy(extra + n + 8, value1, len);
-        else memset(extra + n + 8, ' ', len);
-        n += 8 + len;
-        n_values++;
+    unsigned char extra[1024];
+    size_t used = 0;
+    for (int k = 0; k <= n; k++) {
+        GgufEntry e = k < n ? entries[k] : (GgufEntry){"test.padding", GGUF_STRING, NULL, 0};
+        size_t key_len = strlen(e.key);
+        put_le64(extra + used, key_len);
+        memcpy(extra + used + 8, e.key, key_len);
+        used += 8 + key_len;
+        put_le32(extra + used, e.type);
+        used += 4;
+        if (e.type == GGUF_F32) { float f = (float)e.number; memcpy(extra + used, &f, 4); used += 4; continue; }
+        if (e.type == GGUF_U32) { put_le32(extra + used, (uint32_t)e.number); used += 4; continue; }
+        size_t len = k < n ? strlen(e.text) : ((size_t)alignment - (used + 8) % (size_t)alignment) % (size_t)alignment;
+        put_le64(extra + used, len);
+        if (k < n) memcpy(extra + used + 8, e.text, len);
+        else memset(extra + used + 8, ' ', len);
+        used += 8 + len;
     }
-    n_values += key2 != NULL;
     put_le64((unsigned char *)file.data + 16, n_values);
     FILE *f = fopen(dst, "wb");
-    int ok = f && fwrite(file.data, 1, at, f) == at && fwrite(extra, 1, n, f) == n &&
+    int ok = f && fwrite(file.data, 1, at, f) == at && fwrite(extra, 1, used, f) == used &&
              fwrite(file.data + at, 1, file.len - at, f) == file.len - at;
     if (f && fclose(f) != 0) ok = 0;
     bytes_free(&file);
@@ -6430,7 +6434,8 @@ static void test_rope_linear(void) {
     const char *linear = "build/tmp/q256-linear.gguf", *yarn = "build/bad/q256-yarn.gguf";
     shared_path(src, "models/gguf/q256.f32.gguf");
     Transformer a, b;
-    if (add_gguf_values(src, linear, "qwen2.rope.scaling.type", "linear", "qwen2.rope.scaling.factor", 4.0f) != 0 ||
+    GgufEntry linear_4[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "linear", 0}, {"qwen2.rope.scaling.factor", GGUF_F32, NULL, 4}};
+    if (add_gguf_values(src, linear, linear_4, 2) != 0 ||
         transformer_open(&a, linear) != 0) {
         report(name, 0, "cannot write or open %s: %s", linear, error_message);
         return;
@@ -6454,7 +6459,8 @@ static void test_rope_linear(void) {
     transformer_close(&a);
     transformer_close(&b);
     remove(linear);
-    if (add_gguf_values(src, yarn, "qwen2.rope.scaling.type", "yarn", NULL, 0) != 0) {
+    GgufEntry yarn_type[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "yarn", 0}};
+    if (add_gguf_values(src, yarn, yarn_type, 1) != 0) {
         report("bad GGUF: rope.scaling.type yarn", 0, "cannot write %s", yarn);
         return;
     }
@@ -6466,8 +6472,96 @@ static void test_rope_linear(void) {
     cli_free(&r);
 }
 
+// A copy of src at dst where the first GGUF string equal to from (a key or
+// a tensor name, with its length before it) becomes to (the same length),
+// and, if key is given, key's U32 value becomes value. 0 ok.
+static int patch_gguf(const char *src, const char *dst, const char *from, const char *to, const char *key, uint32_t value) {
+    Bytes file;
+    if (load_file(src, &file) != 0) return -1;
+    int done = 0, want = (from != NULL) + (key != NULL);
+    for (size_t i = 8; i < file.len && done < want; i++) {
+        unsigned char *p = (unsigned char *)file.data + i;
+        const char *names[2] = {from, key};
+        for (int k = 0; k < 2; k++) {
+            size_t n = names[k] ? strlen(names[k]) : 0;
+            if (!n || i + n + 8 > file.len || read_u64(p - 8) != n || memcmp(p, names[k], n) != 0) continue;
+            if (k == 0) memcpy(p, to, n), from = NULL, done++;
+            else if (read_i32(p + n) == GGUF_U32) put_le32(p + n + 4, value), key = NULL, done++;
+        }
+    }
+    int err = done == want ? save_file(dst, file.data, file.len) : -1;
+    bytes_free(&file);
+    return err;
+}
+
+// GGUF files that run.c must not compute with, although every tensor it
+// reads is there, are refused in one line that says why: a split model's
+// part, a mixture of experts, a head size of its own, a key or a tensor
+// given twice, a layer beyond block_count, a tensor it would ignore (here
+// the classifier renamed, which used to fall back to the embedding).
+static void test_gguf_not_computed(void) {
+    char src[PATH_SIZE];
+    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    static const struct { const char *label, *key, *word; uint32_t type, value; const char *from, *to; } cases[] = {
+        {"part 1 of a split model", "split.count", "llama-gguf-split", GGUF_U32, 2, NULL, NULL},
+        {"a mixture of experts", "llama.expert_count", "mixture-of-experts", GGUF_U32, 8, NULL, NULL},
+        {"attention.key_length other than dim / heads", "llama.attention.key_length", "key_length", GGUF_U32, 16, NULL, NULL},
+        {"a metadata key given twice", "llama.block_count", "given twice", GGUF_U32, 5, NULL, NULL},
+        {"a tensor name given twice", NULL, "blk.0.attn_q.weight is given twice", 0, 0, "blk.0.attn_k.weight", "blk.0.attn_q.weight"},
+        {"block_count below the file's layers", NULL, "block_count says 4 layers", 0, 4, NULL, NULL},
+        {"a tensor run.c would not read", NULL, "output.scales", 0, 0, "output.weight", "output.scales"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160], path[PATH_SIZE], status[64], err[256];
+        format_text(name, sizeof name, "bad GGUF: %s is refused, saying so", cases[i].label);
+        format_text(path, sizeof path, "build/bad/not-computed-%zu.gguf", i);
+        GgufEntry e = {cases[i].key, cases[i].type, NULL, cases[i].value};
+        int made = cases[i].key ? add_gguf_values(src, path, &e, 1)
+                 : cases[i].from ? patch_gguf(src, path, cases[i].from, cases[i].to, NULL, 0)
+                                 : patch_gguf(src, path, NULL, NULL, "llama.block_count", cases[i].value);
+        if (made != 0) { report(name, 0, "cannot write %s", path); continue; }
+        CliResult r;
+        cli(&r, path, "-n", "4", NULL);
+        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
+                         strstr(r.err.data, cases[i].word),
+               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
+        cli_free(&r);
+        remove(path);
+    }
+}
+
+// RoPE scaling keys read as llama.cpp reads them: no type is linear; the
+// factor is rope.scaling.factor, else the older rope.scale_linear; type
+// none scales nothing, whatever the factor.
+static void test_rope_scaling_keys(void) {
+    char src[PATH_SIZE];
+    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    static const struct { const char *label, *type, *factor_key; float want; } cases[] = {
+        {"rope.scaling.factor 4 without a type", NULL, "llama.rope.scaling.factor", 0.25f},
+        {"type linear with the older rope.scale_linear 4", "linear", "llama.rope.scale_linear", 0.25f},
+        {"type none with rope.scaling.factor 4", "none", "llama.rope.scaling.factor", 1.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160];
+        const char *path = "build/tmp/rope-keys.gguf";
+        format_text(name, sizeof name, "RoPE: %s scales positions by %g, as llama.cpp", cases[i].label, cases[i].want);
+        GgufEntry e[2] = {{cases[i].factor_key, GGUF_F32, NULL, 4}, {"llama.rope.scaling.type", GGUF_STRING, cases[i].type, 0}};
+        Transformer t;
+        if (add_gguf_values(src, path, e, cases[i].type ? 2 : 1) != 0 || transformer_open_mapped(&t, path, 0) != 0) {
+            report(name, 0, "cannot write or open %s: %s", path, error_message);
+            continue;
+        }
+        report(name, t.config.rope_scale == cases[i].want, "rope_scale %g", t.config.rope_scale);
+        transformer_close(&t);
+        remove(path);
+    }
+}
+
 static void rope_tests(void) {
     char r256[PATH_SIZE], q256[PATH_SIZE];
+    test_gguf_not_computed();
+    test_rope_scaling_keys();
     test_gguf_logits("reference/llama3_family/logits");
     shared_path(r256, "models/gguf/r256.f32.gguf");
     shared_path(q256, "models/gguf/q256.f32.gguf");
