@@ -1722,6 +1722,7 @@ static int contains(const char *s, size_t len, const char *word) {
 // llama.cpp's llm_chat_detect_template tells them apart.
 static int recognize_template(const char *jinja, size_t len) {
     if (contains(jinja, len, "<|im_start|>")) return TEMPLATE_CHATML;
+    if (contains(jinja, len, "[SYSTEM_PROMPT]")) return TEMPLATE_UNKNOWN; // Mistral's v7, not rendered here
     if (contains(jinja, len, "[INST]")) return contains(jinja, len, "<<SYS>>") ? TEMPLATE_LLAMA2 : TEMPLATE_MISTRAL;
     if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
         return TEMPLATE_LLAMA3;
@@ -1915,6 +1916,11 @@ static int chat_template_init(Chat *chat) {
     if (template == TEMPLATE_UNKNOWN)
         return fail("the model's chat template (tokenizer.chat_template) is not one run.c recognizes; "
                     "choose the model's format with --chat-template NAME (" TEMPLATE_CHOICES ")");
+    // [INST] as a control token (Mistral v0.3 on) comes with other spacing
+    // and system placement than these two render: refused, not fed as text
+    if ((template == TEMPLATE_MISTRAL || template == TEMPLATE_LLAMA2) && template_token(tk, "[INST]", template) >= 0)
+        return fail("this vocabulary has [INST] as a control token (Mistral v0.3 and later), whose chat format run.c "
+                    "does not render; -m generate runs the model");
     chat->template = template;
     chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
     chat->n_end = 0;
@@ -1987,6 +1993,7 @@ static int make_room(Chat *chat, const char *user, int need_after) {
         if (kept < 0) return -1;
         if (kept + n + need_after > seq_len) continue;
         int dropped = first - chat->first_kept;
+        fflush(stdout); // the transcript so far first, so the notice lands in order
         if (kept == 0) fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the context starts afresh\n",
                                dropped);
         else fprintf(stderr, "run: context full: dropped the %d oldest turn(s); the %d tokens of the turns kept are "
@@ -2007,7 +2014,7 @@ static int make_room(Chat *chat, const char *user, int need_after) {
 // "Assistant:" there is one already.
 static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     const Config *c = &chat->t->config;
-    int limit = chat->max_reply > 0 ? chat->max_reply : c->seq_len;
+    int limit = chat->max_reply > 0 && chat->max_reply < c->seq_len ? chat->max_reply : c->seq_len; // no reply outgrows the context
     int *reply = malloc(((size_t)limit + MAX_END) * sizeof(int));
     if (!reply) { fail("out of memory"); return NULL; }
     TextOut text = {.out = stdout};
@@ -2064,6 +2071,7 @@ static int chat_turn(Chat *chat, const char *user) {
     context_append(chat, prompt, n); // fits: checked above
     free(prompt);
     float *logits = feed_context(chat);
+    if (chat->t->trace) fflush(chat->t->trace); // a trace to read while the chat waits
     printf("Assistant: ");
     Turn *turn = &chat->turns[chat->n_turns];
     *turn = (Turn){.user = saved};
@@ -2103,11 +2111,17 @@ static int read_line(FILE *in, char **line, int *ended) {
         nul |= c == '\0';
         buf[n++] = (char)c;
     }
+    if (c == EOF && ferror(in) && !interrupted) {
+        int e = errno;
+        free(buf);
+        return fail("stdin: cannot read: %s", strerror(e));
+    }
     if (c == EOF && (n == 0 || interrupted)) { free(buf); return 0; }
     *ended = c == '\n';
     while (n > 0 && buf[n - 1] == '\r') n--;
     buf[n] = '\0';
     if (nul) {
+        fflush(stdout);
         fprintf(stderr, "run: the line holds a NUL byte; not sent\n");
         buf[0] = '\0';
     }
@@ -2160,7 +2174,8 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
     if (!system) {
         int got = ask("System prompt (Enter for none): ", 0, &asked_system);
         err = got < 0 ? -1 : 0;
-        input_ended = got == 0; // none; a first message from -i is still answered
+        input_ended = got == 0; // none; a first message from -i is still answered (not after a Ctrl-C)
+        if (input_ended && interrupted) first_message = NULL;
         if (asked_system && blank(asked_system)) asked_system[0] = '\0'; // none, as Enter alone
         chat.system = asked_system;
     }
@@ -2185,7 +2200,7 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
         }
         if (!blank(user)) err = chat_turn(&chat, user); // a blank line is skipped
         free(user);
-        if (err > 0) fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
+        if (err > 0) fflush(stdout), fprintf(stderr, "run: %s\n", error_message); // refused; the chat goes on
         if (err < 0) break;
         err = 0;
     }

@@ -6531,6 +6531,51 @@ static void test_gguf_not_computed(void) {
     }
 }
 
+// Chat formats run.c does not render are refused, not guessed: a
+// vocabulary with [INST] as a control token (Mistral v0.3 on; here
+// stories260K's <0x00> renamed and made a control token), and a template
+// with Mistral v7's [SYSTEM_PROMPT]. And stdin that cannot be read (a
+// directory) is an error, not the end of the chat.
+static void test_chat_formats_refused(const CliFiles *f) {
+    char src[PATH_SIZE], status[64], err[256];
+    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    const char *inst = "build/bad/inst-control.gguf", *v7 = "build/bad/v7-template.gguf";
+    int made = patch_gguf(src, inst, "<0x00>", "[INST]", NULL, 0) == 0;
+    Bytes file = {0};
+    Gguf g;
+    if (made && load_file(inst, &file) == 0 && gguf_parse(&g, (const unsigned char *)file.data, file.len, inst) == 0) {
+        const GgufValue *types = gguf_find(&g, "tokenizer.ggml.token_type");
+        made = types && types->count > 3;
+        if (made) put_le32((unsigned char *)types->elems + 4 * 3, 3); // id 3: CONTROL
+        gguf_free(&g);
+        made = made && save_file(inst, file.data, file.len) == 0;
+    } else made = 0;
+    bytes_free(&file);
+    GgufEntry template = {"tokenizer.chat_template", GGUF_STRING, "[SYSTEM_PROMPT]{{ system }}[/SYSTEM_PROMPT][INST]{{ user }}[/INST]", 0};
+    made = made && add_gguf_values(src, v7, &template, 1) == 0;
+    if (!made) { report("chat: formats run.c does not render", 0, "cannot write the fixtures"); return; }
+    static const struct { const char *label, *model, *word; } cases[] = {
+        {"a vocabulary with [INST] as a control token (Mistral v0.3)", "build/bad/inst-control.gguf", "[INST] as a control token"},
+        {"Mistral v7's [SYSTEM_PROMPT] template", "build/bad/v7-template.gguf", "--chat-template"},
+    };
+    for (int i = 0; i < 2; i++) {
+        char name[160];
+        format_text(name, sizeof name, "chat: %s is refused in one line, not rendered some other way", cases[i].label);
+        CliResult r;
+        cli_input(&r, "/dev/null", cases[i].model, "-m", "chat", "-y", "", "-i", "Hi", "-n", "2", NULL);
+        report(name, r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, cases[i].word) && !strstr(r.out.data, "Assistant"),
+               "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
+    remove(inst), remove(v7);
+    CliResult r;
+    cli_input(&r, "/", f->stories, "-z", f->tok512, "-m", "chat", "-y", "", "-n", "2", NULL);
+    report("chat: stdin that cannot be read (a directory) is one line naming stdin, status 1",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "stdin: cannot read"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+}
+
 // RoPE scaling keys read as llama.cpp reads them: no type is linear; the
 // factor is rope.scaling.factor, else the older rope.scale_linear; type
 // none scales nothing, whatever the factor.
@@ -6561,6 +6606,8 @@ static void test_rope_scaling_keys(void) {
 static void rope_tests(void) {
     char r256[PATH_SIZE], q256[PATH_SIZE];
     test_gguf_not_computed();
+    CliFiles f;
+    if (cli_files_init(&f, "chat: fixtures") == 0) test_chat_formats_refused(&f);
     test_rope_scaling_keys();
     test_gguf_logits("reference/llama3_family/logits");
     shared_path(r256, "models/gguf/r256.f32.gguf");
