@@ -6958,7 +6958,8 @@ static int parse_header_runc(Config *c, const unsigned char *h, size_t size, con
 /* Files given as something they are not, recognized by their first bytes so
    that the message can say what the file is and what to do with it. */
 
-enum { FILE_OTHER, FILE_PYTORCH, FILE_LLAMA2C_V1, FILE_SAFETENSORS, FILE_SENTENCEPIECE, FILE_TOKENIZER_BIN };
+enum { FILE_OTHER, FILE_PYTORCH, FILE_LLAMA2C_V1, FILE_SAFETENSORS, FILE_SENTENCEPIECE, FILE_TOKENIZER_BIN,
+       FILE_LFS_POINTER, FILE_HTML, FILE_TEXT, FILE_ZEROS };
 
 static int file_kind(const unsigned char *h, size_t n) {
     if (n >= 4 && memcmp(h, "PK\x03\x04", 4) == 0) return FILE_PYTORCH; // a zip archive
@@ -6974,7 +6975,19 @@ static int file_kind(const unsigned char *h, size_t n) {
         for (int i = 0; i < len; i++) text &= h[12 + i] >= 0x20;
         if (text) return FILE_TOKENIZER_BIN;
     }
-    return FILE_OTHER;
+    // what a failed download leaves: a Git LFS pointer, an error page, other text, or zeros
+    size_t head = n < 512 ? n : 512, printable = 0, zeros = 0;
+    for (size_t i = 0; i < head; i++) {
+        printable += h[i] >= 0x20 || h[i] == '\n' || h[i] == '\r' || h[i] == '\t';
+        zeros += h[i] == 0;
+    }
+    size_t lead = 0; // an error page may start with blank lines
+    while (lead < head && (h[lead] == ' ' || h[lead] == '\n' || h[lead] == '\r' || h[lead] == '\t')) lead++;
+    if (n >= 24 && memcmp(h, "version https://git-lfs", 23) == 0) return FILE_LFS_POINTER;
+    if (lead + 5 <= n && (!strncasecmp((const char *)h + lead, "<html", 5) || !strncasecmp((const char *)h + lead, "<!doc", 5)))
+        return FILE_HTML;
+    if (head >= 4 && printable == head) return FILE_TEXT;
+    return head >= 28 && zeros == head ? FILE_ZEROS : FILE_OTHER;
 }
 
 // What a file of that kind is and what to do, or NULL for FILE_OTHER.
@@ -6989,6 +7002,11 @@ static const char *file_advice(int kind) {
                                     "export.py --tokenizer FILE OUT, and give that with -z";
     case FILE_TOKENIZER_BIN: return "is a llama2.c tokenizer (tokenizer.bin); give it with -z, and the model as the "
                                     "first argument";
+    case FILE_LFS_POINTER: return "is a Git LFS pointer, not the file itself: fetch it (git lfs pull, or download the "
+                                  "file's own link)";
+    case FILE_HTML: return "is a web page, not a model (a failed download?); download the file itself";
+    case FILE_TEXT: return "is a text file, not a model";
+    case FILE_ZEROS: return "starts with nothing but zero bytes: an incomplete download or copy?";
     default: return NULL;
     }
 }

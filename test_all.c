@@ -4570,7 +4570,20 @@ static void test_foreign_models(const CliFiles *f) {
     save_file("build/tmp/fake.safetensors", safetensors, sizeof safetensors - 1);
     mkdir("build/tmp/hf-dir", 0755);
     save_file("build/tmp/hf-dir/config.json", "{}\n", 3);
+    // what failed downloads leave: a Git LFS pointer, an error page, JSON, zeros
+    static const char lfs[] = "version https://git-lfs.github.com/spec/v1\noid sha256:4d2a\nsize 4400929152\n";
+    static const char page[] = "\n<!DOCTYPE html>\n<html><head><title>Not Found</title></head><body>404</body></html>\n";
+    static const char json[] = "{\"error\": \"Repository not found\", \"code\": 401, \"message\": \"sign in\"}\n";
+    static const char zeros[4096] = {0};
+    save_file("build/tmp/lfs-pointer.gguf", lfs, sizeof lfs - 1);
+    save_file("build/tmp/error-page.gguf", page, sizeof page - 1);
+    save_file("build/tmp/error.gguf", json, sizeof json - 1);
+    save_file("build/tmp/zeros.bin", zeros, sizeof zeros);
     const char *cases[][3] = {
+        {"build/tmp/lfs-pointer.gguf", "Git LFS pointer", "git lfs pull"},
+        {"build/tmp/error-page.gguf", "web page", "download the file itself"},
+        {"build/tmp/error.gguf", "text file", "not a model"},
+        {"build/tmp/zeros.bin", "zero bytes", "incomplete download"},
         {f->tok512, "tokenizer.bin", "-z"},
         {sp_model, "SentencePiece", "export.py --tokenizer"},
         {"build/tmp/fake.pt", "PyTorch", "export.py --hf"},
