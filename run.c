@@ -7370,7 +7370,9 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
                     "of one of those types, or re-quantize the F32/F16 model (./run -m quantize, or llama-quantize)",
                     path, name, type_name(t->type), t->type, supported_type_names());
     if (vec) {
-        if (t->type != TYPE_F32) return fail("%s: vector %s is %s, not F32", path, name, type_name(t->type));
+        if (t->type != TYPE_F32)
+            return fail("%s: vector %s is %s, not F32, which run.c reads norms in (convert the model again: "
+                        "llama.cpp's converters and export.py keep norms F32)", path, name, type_name(t->type));
         *vec = (const float *)(g->data + t->offset);
     } else {
         *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
@@ -8888,6 +8890,9 @@ int main(int argc, char **argv) {
     int no_forward = o.mode_bit == MODE_TOKENIZE || o.mode_bit == MODE_QUANTIZE;
     if (!err) err = no_forward ? transformer_open_mapped(&t, o.checkpoint, o.context)
                                : transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
+    if (!err && o.context > t.config.seq_len) // -c only shortens: positions past training are not computed right
+        fprintf(stderr, "run: -c %d is more than the model's context of %d positions; using %d\n", o.context,
+                t.config.seq_len, t.config.seq_len);
     int trace_existed = o.trace && access(o.trace, F_OK) == 0;
     if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
         err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));

@@ -4307,6 +4307,17 @@ static void test_notice_only_for_given_n(void) {
     cli_free(&r);
 }
 
+// -c beyond the model's context keeps the model's, and says so once.
+static void test_context_notice(const CliFiles *f) {
+    char status[64], got[256];
+    CliResult r;
+    cli(&r, f->stories, "-z", f->tok512, "-c", "4096", "-n", "8", "-i", "Once", NULL);
+    report("cli: -c above the model's context says it uses the model's (one notice naming -c)",
+           r.status == 0 && count_lines(&r.err) == 2 && strstr(r.err.data, "-c 4096 is more than the model's context of 512"),
+           "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, got, sizeof got));
+    cli_free(&r);
+}
+
 // -n shorter than the prompt is refused with the reason (llama2.c would cut
 // the prompt; raising -n in silence ran more positions than asked).
 static void test_n_below_prompt(const CliFiles *f) {
@@ -4718,6 +4729,7 @@ static void new_user_tests(void) {
     test_notice_only_for_given_n();
     test_n_below_prompt(&f);
     test_outputs_not_regular(&f);
+    test_context_notice(&f);
     test_writes_not_inputs(&f);
     test_endless_input(&f);
     test_culprit_named(&f);
