@@ -7496,8 +7496,10 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
         text[len] = '\0';
         for (size_t k = 0; k < sizeof top / sizeof *top; k++) used |= strcmp(text, top[k]) == 0;
         // blk.N. with N written as run.c writes it (no sign, no leading zeros)
-        int in_layer = sscanf(text, "blk.%d.%n", &layer, &at) == 1 && at > 0 && layer >= 0 &&
-                       snprintf(prefix, sizeof prefix, "blk.%d.", layer) == at && !strncmp(text, prefix, (size_t)at);
+        char *end = text;
+        long number = strncmp(text, "blk.", 4) ? -1 : strtol(text + 4, &end, 10);
+        if (number >= 0 && number <= INT_MAX && end > text + 4 && *end == '.') layer = (int)number, at = (int)(end + 1 - text);
+        int in_layer = layer >= 0 && snprintf(prefix, sizeof prefix, "blk.%d.", layer) == at && !strncmp(text, prefix, (size_t)at);
         if (in_layer && layer >= c->n_layers)
             return fail("%s: tensor %s is in layer %d, but block_count says %d layers", path, text, layer, c->n_layers);
         for (size_t k = 0; in_layer && k < sizeof layer_tensors / sizeof *layer_tensors; k++)
