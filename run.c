@@ -1921,6 +1921,9 @@ static int chat_template_init(Chat *chat) {
     if ((template == TEMPLATE_MISTRAL || template == TEMPLATE_LLAMA2) && template_token(tk, "[INST]", template) >= 0)
         return fail("this vocabulary has [INST] as a control token (Mistral v0.3 and later), whose chat format run.c "
                     "does not render; -m generate runs the model");
+    if (tk->chat_template == TEMPLATE_NONE && chat->t->is_gguf) // a llama2.c checkpoint never has one: no notice there
+        fprintf(stderr, "run: the model has no chat template (tokenizer.chat_template); chatting in Llama 2's format "
+                "(--chat-template NAME picks another: " TEMPLATE_CHOICES ")\n");
     chat->template = template;
     chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
     chat->n_end = 0;
@@ -8152,9 +8155,26 @@ static int dtype_writable(int dtype) {
 // mix). One type for all: version 1; a mix: version 2, with its table of
 // types. The file appears only when complete (an Output: written beside it,
 // then renamed).
+// The type of the first matrix of w that is quantized already, or -1.
+static int quantized_type(const TransformerWeights *w, int n_layers) {
+    for (int l = 0; l <= n_layers; l++) {
+        const LayerWeights *lw = l < n_layers ? &w->layers[l] : NULL;
+        const Matrix *m[7] = {&w->wcls};
+        if (lw) m[0] = &lw->wq, m[1] = &lw->wk, m[2] = &lw->wv, m[3] = &lw->wo, m[4] = &lw->w1, m[5] = &lw->w2, m[6] = &lw->w3;
+        for (int i = 0; i < (lw ? 7 : 1); i++)
+            if (m[i]->type != TYPE_F32 && m[i]->type != TYPE_F16 && m[i]->type != TYPE_BF16) return m[i]->type;
+    }
+    return -1;
+}
+
 int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int dtype) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    // rounded twice: llama-quantize asks for --allow-requantize; here a notice
+    int already = quantized_type(&t->weights, c->n_layers);
+    if (already >= 0)
+        fprintf(stderr, "run: %s: its weights are quantized already (%s); quantizing them again rounds them twice: "
+                "the F32/F16 model, where you have it, gives better weights\n", in_path, type_name((uint32_t)already));
     int n_types = runc_matrix_count(c), *types = malloc((size_t)n_types * sizeof(int)), mixed = 0, widest = c->dim;
     if (!types) return fail("out of memory");
     for (int i = 0; i < n_types; i++) mixed |= (types[i] = matrix_dtype(dtype, c, i)) != types[0];

@@ -4318,6 +4318,25 @@ static void test_context_notice(const CliFiles *f) {
     cli_free(&r);
 }
 
+// -m quantize of weights that are quantized already says they are rounded
+// twice (llama-quantize wants --allow-requantize), and still writes; from
+// F32 only its "wrote" line.
+static void test_requantize_notice(const CliFiles *f) {
+    const char *q8 = "build/tmp/requant.q8_0.bin", *q4 = "build/tmp/requant.q4_0.bin";
+    char status[64], got[256];
+    remove(q8), remove(q4);
+    CliResult a, b;
+    cli(&a, f->stories, "-m", "quantize", "--dtype", "q8_0", "-o", q8, NULL);
+    cli(&b, q8, "-m", "quantize", "--dtype", "q4_0", "-o", q4, NULL);
+    report("cli: -m quantize from Q8_0 notes the second rounding and writes all the same; from F32 no such note",
+           a.status == 0 && !strstr(a.err.data, "quantized already") && b.status == 0 && count_lines(&b.err) == 2 &&
+               strstr(b.err.data, "quantized already (Q8_0)") && file_exists(q4),
+           "%s from F32 (stderr %zu bytes); from Q8_0 stderr %s", status_text(a.status, status, sizeof status), a.err.len,
+           quoted(b.err.data, b.err.len, got, sizeof got));
+    cli_free(&a), cli_free(&b);
+    remove(q8), remove(q4);
+}
+
 // -n shorter than the prompt is refused with the reason (llama2.c would cut
 // the prompt; raising -n in silence ran more positions than asked).
 static void test_n_below_prompt(const CliFiles *f) {
@@ -4730,6 +4749,7 @@ static void new_user_tests(void) {
     test_n_below_prompt(&f);
     test_outputs_not_regular(&f);
     test_context_notice(&f);
+    test_requantize_notice(&f);
     test_writes_not_inputs(&f);
     test_endless_input(&f);
     test_culprit_named(&f);
@@ -6601,6 +6621,25 @@ static void test_chat_formats_refused(const CliFiles *f) {
     cli_free(&r);
 }
 
+// A GGUF model without a chat template chats in Llama 2's format and says
+// so once; not when --chat-template names one, nor for a llama2.c
+// checkpoint (which never has one).
+static void test_no_template_notice(const CliFiles *f) {
+    char k256[PATH_SIZE], status[64], got[256];
+    shared_path(k256, "models/gguf/k256.q4_k.gguf");
+    CliResult a, b, c;
+    cli_input(&a, "/dev/null", k256, "-m", "chat", "-y", "", "-i", "Hi", "-n", "2", NULL);
+    cli_input(&b, "/dev/null", k256, "-m", "chat", "--chat-template", "llama2", "-y", "", "-i", "Hi", "-n", "2", NULL);
+    cli_input(&c, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", "-y", "", "-i", "Hi", "-n", "2", NULL);
+    report("chat: a GGUF model without a chat template says it chats in Llama 2's format (not with --chat-template, "
+           "not for a llama2.c checkpoint)",
+           a.status == 0 && count_lines(&a.err) == 1 && strstr(a.err.data, "no chat template") && strstr(a.out.data, "Assistant") &&
+               b.status == 0 && b.err.len == 0 && c.status == 0 && c.err.len == 0,
+           "%s, stderr %s; with --chat-template %zu bytes, llama2.c %zu bytes", status_text(a.status, status, sizeof status),
+           quoted(a.err.data, a.err.len, got, sizeof got), b.err.len, c.err.len);
+    cli_free(&a), cli_free(&b), cli_free(&c);
+}
+
 // RoPE scaling keys read as llama.cpp reads them: no type is linear; the
 // factor is rope.scaling.factor, else the older rope.scale_linear; type
 // none scales nothing, whatever the factor.
@@ -6632,7 +6671,7 @@ static void rope_tests(void) {
     char r256[PATH_SIZE], q256[PATH_SIZE];
     test_gguf_not_computed();
     CliFiles f;
-    if (cli_files_init(&f, "chat: fixtures") == 0) test_chat_formats_refused(&f);
+    if (cli_files_init(&f, "chat: fixtures") == 0) test_chat_formats_refused(&f), test_no_template_notice(&f);
     test_rope_scaling_keys();
     test_gguf_logits("reference/llama3_family/logits");
     shared_path(r256, "models/gguf/r256.f32.gguf");
