@@ -7046,6 +7046,65 @@ static int runc_check_types(const unsigned char *types, const Config *c, size_t 
     return 0;
 }
 
+/* The files mapped now (the model; a GGUF tokenizer while it is read), so
+   that a fault in one names it. Reading a mapped page past the end of its
+   file raises SIGBUS: the file was cut short after run.c mapped it (a
+   download or a conversion still writing it in place, say). By default
+   that kills the process without a word; on_bus_error says which file and
+   exits. */
+#define MAX_MAPPED 4
+typedef struct {
+    const char *volatile start; // the mapping, size bytes; NULL: a free slot (volatile: the handler reads it)
+    size_t size;
+    char *path;        // the file's name, for the message (owned)
+} MappedFile;
+static MappedFile mapped_files[MAX_MAPPED];
+
+static void write_stderr(const char *s) {
+    for (size_t n = strlen(s); n > 0;) {
+        ssize_t w = write(STDERR_FILENO, s, n);
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+// Only async-signal-safe calls: write, unlink, _exit, raise.
+void on_bus_error(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const char *at = info->si_addr, *path = NULL;
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped_files[i].start && at >= mapped_files[i].start && at < mapped_files[i].start + mapped_files[i].size)
+            path = mapped_files[i].path;
+    if (!path) { // not a mapped file: a fault of run.c's own, left to crash as usual
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    if (unfinished_output) unlink(unfinished_output);
+    write_stderr("run: ");
+    write_stderr(path);
+    write_stderr(": the file was cut short while run.c was reading it (is something still writing it?); run again once it is complete\n");
+    _exit(1);
+}
+
+void catch_bus_errors(void) {
+    struct sigaction on_fault = {0};
+    on_fault.sa_sigaction = on_bus_error;
+    on_fault.sa_flags = SA_SIGINFO;
+    sigaction(SIGBUS, &on_fault, NULL);
+}
+
+static void unmap_file(void *map, size_t size) {
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped_files[i].start == map) {
+            mapped_files[i].start = NULL; // first: the handler may run at any time
+            free(mapped_files[i].path);
+            mapped_files[i].path = NULL;
+        }
+    munmap(map, size);
+}
+
 static int map_file(const char *path, void **map, size_t *size) {
     if (check_input(path) != 0) return -1;
     int fd = open(path, O_RDONLY);
@@ -7059,6 +7118,16 @@ static int map_file(const char *path, void **map, size_t *size) {
     *map = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd); // the mapping keeps the file open
     if (*map == MAP_FAILED) return fail("%s: cannot map: %s", path, strerror(errno));
+    char *name = strdup(path);
+    if (!name) { munmap(*map, *size); return fail("%s: out of memory", path); }
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (!mapped_files[i].start) {
+            mapped_files[i].path = name;
+            mapped_files[i].size = *size;
+            mapped_files[i].start = *map; // last: the slot is whole before the handler can match it
+            return 0;
+        }
+    free(name); // more files than slots: mapped, but a fault in it will not be named
     return 0;
 }
 
@@ -7827,7 +7896,7 @@ static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) 
         err = gguf_vocab(tk, &g, path, vocab_size);
         gguf_free(&g);
     }
-    munmap(map, size);
+    unmap_file(map, size);
     if (err) tokenizer_close(tk);
     return err;
 }
@@ -7887,7 +7956,7 @@ void transformer_close(Transformer *t) {
     free_run_state(&t->state);
     free(t->packed);
     free(t->weights.layers);
-    if (t->map) munmap(t->map, t->map_size);
+    if (t->map) unmap_file(t->map, t->map_size);
     memset(t, 0, sizeof *t);
 }
 
@@ -8888,6 +8957,7 @@ int main(int argc, char **argv) {
     on_ctrl_c.sa_handler = on_interrupt; // no SA_RESTART: Ctrl-C also ends a wait for input
     sigaction(SIGINT, &on_ctrl_c, NULL);
     signal(SIGTERM, on_terminate);
+    catch_bus_errors();
     Options o;
     int parsed = parse_args(&o, argc, argv);
     if (parsed == ARGS_HELP) { usage(stdout); return 0; }

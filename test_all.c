@@ -4241,6 +4241,52 @@ static void test_nul_prompt_file(const CliFiles *f) {
     cli_free(&r);
 }
 
+// The model file cut short while run.c has it mapped (a download still
+// writing it in place): one line naming the file, status 1, not a crash by
+// SIGBUS. The chat's first reply shows the model loaded; the file is then
+// cut, and the fault comes in that reply or in the answer to the next line.
+static void test_model_cut_short(const CliFiles *f) {
+    const char *name = "hostile: a model file cut short while running is named in one line, not a crash";
+    const char *model = "build/tmp/cut-short.bin", *err_path = "build/tmp/cut-short.err";
+    Bytes copy = {0}, err = {0};
+    int in[2];
+    if (load_file(f->stories, &copy) != 0 || save_file(model, copy.data, copy.len) != 0 || pipe(in) != 0) {
+        report(name, 0, "fixture failed");
+        bytes_free(&copy);
+        return;
+    }
+    bytes_free(&copy);
+    fcntl(in[1], F_SETFD, FD_CLOEXEC);
+    char *args[] = {(char *)model, "-z", (char *)f->tok512, "-m", "chat", "-y", "", "-i", "Hi", "-n", "8", "-s", "3", NULL};
+    char *argv[32];
+    int out;
+    pid_t pid = spawn_piped(run_argv(argv, 32, args), in[0], &out, err_path, 1);
+    close(in[0]);
+    static char buf[1 << 16];
+    size_t got = 0;
+    int cut = 0;
+    for (ssize_t n; (n = read(out, buf + got, sizeof buf - 1 - got)) > 0;) {
+        got += (size_t)n;
+        buf[got] = '\0';
+        if (!cut && strstr(buf, "Assistant: ")) {
+            cut = truncate(model, 0) == 0;
+            const char *next = "Again\n";
+            if (write(in[1], next, strlen(next)) < 0) break;
+            close(in[1]);
+        }
+    }
+    if (!cut) close(in[1]);
+    close(out);
+    int status = pid > 0 ? wait_status(pid) : -1000;
+    load_file(err_path, &err);
+    const char *text = err.data ? (const char *)err.data : "";
+    char st[64];
+    report(name, cut && status == 1 && count_lines(&err) == 1 && strstr(text, "run: build/tmp/cut-short.bin: the file was cut short"),
+           "%s, stderr \"%.120s\"", status_text(status, st, sizeof st), text);
+    bytes_free(&err);
+    unlink(model);
+}
+
 static void hostile_tests(void) {
     CliFiles f;
     if (cli_files_init(&f, "hostile: fixtures") != 0) return;
@@ -4251,6 +4297,7 @@ static void hostile_tests(void) {
     test_ctrl_c_chat(&f);
     test_invalid_utf8_prompt(&f);
     test_nul_prompt_file(&f);
+    test_model_cut_short(&f);
 }
 
 /* ============================================================================
