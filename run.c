@@ -5093,7 +5093,12 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 //   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%. On a later Intel
 //   Xeon with our threads on two cores (session 30) the same won or tied
 //   every variant: no requests -8% (Q6_K) to -24% (Q4_K_M), PREFETCHNTA
-//   -51%, T0 alone farther than 2 KB -7 to -16%.
+//   -51%, T0 alone farther than 2 KB -7 to -16%. Except for Q6_K's
+//   512-bit kernel, which there reads more with the T0 request alone
+//   (prefetch_near; session 31, 16-30 rounds): generation +3.7%, its
+//   products alone +3.5-4.1%; T1 2 KB ahead as well +1.9%, T1 only where
+//   a 4 KB page starts +4.2%. The other types lose without their T1:
+//   Q8_0 and Q4_0 4-9%, Q3_K 5.4%, IQ4_XS 3.4%, Q4_K_M 4.2%; Q5_K level.
 // - AMD Zen 5: PREFETCHNTA (in AMD's guides, a fill of L1 not kept in L2
 //   afterwards; Zen drops PREFETCHT1 at times) 6 KB ahead, the K-quants
 //   a block's lines in one burst (prefetch_share). The best distance
@@ -5111,6 +5116,7 @@ static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
 static int prefetch_burst = 0;     // 1: a K-quant block's lines all at its first sub-block
 static unsigned char prefetch_skip[TYPE_COUNT]; // 1: the type's kernels leave it to the hardware prefetchers
+static unsigned char prefetch_near[TYPE_COUNT]; // 1: the type's kernels ask only for the line PREFETCH_L1_BYTES ahead
 
 static void choose_prefetch(void) {
     unsigned max_leaf, vendor[3], eax, ebx, ecx, edx;
@@ -5128,22 +5134,30 @@ static void choose_prefetch(void) {
             prefetch_skip[TYPE_Q8_0] = 1; // see above: its 512-bit kernel only
 #endif
         }
+        return;
     }
+#if HAVE_AVX512_VNNI
+    prefetch_near[TYPE_Q6_K] = 1; // Intel, see above: its 512-bit kernel only
+#endif
 }
 
 // How far ahead a type's generation kernels ask for lines; 0: not at all.
-static size_t prefetch_distance(int type) { return prefetch_skip[type] ? 0 : prefetch_far_bytes; }
+static size_t prefetch_distance(int type) {
+    if (prefetch_skip[type]) return 0;
+    return prefetch_near[type] ? PREFETCH_L1_BYTES : prefetch_far_bytes;
+}
 
 // The line far bytes past p, and the one PREFETCH_L1_BYTES past it into L1
 // (a prefetch never faults; the callers stop at about the matrix's end).
-// Where far is PREFETCH_L1_BYTES (Zen 4) both name the same line, and each
-// is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
-// every other line (session 27). Always inlined, like prefetch_ahead: a
+// Where far is PREFETCH_L1_BYTES both name the same line. On Zen 4 (NTA)
+// each is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
+// every other line (session 27); on Intel (T1) the T0 request is asked
+// alone (prefetch_near: T1 as well lost 1.6%, session 31). Always inlined, like prefetch_ahead: a
 // call that only prefetches has no effect GCC must keep. The hint is an
 // immediate, hence the branch (the same way every time: free).
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p, size_t far) {
     if (prefetch_far_nta) _mm_prefetch((const char *)p + far, _MM_HINT_NTA);
-    else _mm_prefetch((const char *)p + far, _MM_HINT_T1);
+    else if (far != PREFETCH_L1_BYTES) _mm_prefetch((const char *)p + far, _MM_HINT_T1); // else T0 names the line: it alone
     _mm_prefetch((const char *)p + PREFETCH_L1_BYTES, _MM_HINT_T0);
 }
 
