@@ -5151,10 +5151,11 @@ static size_t prefetch_distance(int type) {
 // (a prefetch never faults; the callers stop at about the matrix's end).
 // Where far is PREFETCH_L1_BYTES both name the same line. On Zen 4 (NTA)
 // each is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
-// every other line (session 27); on Intel (T1) the T0 request is asked
-// alone (prefetch_near: T1 as well lost 1.6%, session 31). Always inlined, like prefetch_ahead: a
-// call that only prefetches has no effect GCC must keep. The hint is an
-// immediate, hence the branch (the same way every time: free).
+// every other line (session 27); on Intel (T1) T0 goes alone (Q6_K with
+// prefetch_near: T1 as well lost 1.6%, session 31). Always inlined, like
+// prefetch_ahead: a call that only prefetches has no effect GCC must keep.
+// The hint is an immediate, hence the branch (the same way every time:
+// free).
 static inline __attribute__((always_inline)) void prefetch_line(const unsigned char *p, size_t far) {
     if (prefetch_far_nta) _mm_prefetch((const char *)p + far, _MM_HINT_NTA);
     else if (far != PREFETCH_L1_BYTES) _mm_prefetch((const char *)p + far, _MM_HINT_T1); // else T0 names the line: it alone
@@ -7083,7 +7084,7 @@ static void write_stderr(const char *s) {
     }
 }
 
-// Only async-signal-safe calls: write, unlink, _exit, raise.
+// Only async-signal-safe calls: strlen, write, unlink, signal, raise, _exit.
 void on_bus_error(int sig, siginfo_t *info, void *context) {
     (void)context;
     const char *at = info->si_addr, *path = NULL;
