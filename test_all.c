@@ -4264,18 +4264,20 @@ static void test_model_cut_short(const CliFiles *f) {
     close(in[0]);
     static char buf[1 << 16];
     size_t got = 0;
-    int cut = 0;
+    int cut = 0, asked = 0;
     for (ssize_t n; (n = read(out, buf + got, sizeof buf - 1 - got)) > 0;) {
         got += (size_t)n;
         buf[got] = '\0';
-        if (!cut && strstr(buf, "Assistant: ")) {
+        if (!asked && strstr(buf, "Assistant: ")) { // the first reply: loaded
+            asked = 1;
             cut = truncate(model, 0) == 0;
             const char *next = "Again\n";
             if (write(in[1], next, strlen(next)) < 0) break;
-            close(in[1]);
+            close(in[1]); // then end of input
+            in[1] = -1;
         }
     }
-    if (!cut) close(in[1]);
+    if (in[1] >= 0) close(in[1]);
     close(out);
     int status = pid > 0 ? wait_status(pid) : -1000;
     load_file(err_path, &err);
