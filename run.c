@@ -8235,22 +8235,19 @@ static int dtype_writable(int dtype) {
     return is_mix(dtype) || (type_supported(dtype) && type_traits[dtype].quantize);
 }
 
-// Writes t to out_path in our format with matrices of the given type (or
-// mix). One type for all: version 1; a mix: version 2, with its table of
-// types. The file appears only when complete (an Output: written beside it,
-// then renamed).
 // The type of the first matrix of w that is quantized already, or -1.
 static int quantized_type(const TransformerWeights *w, int n_layers) {
-    for (int l = 0; l <= n_layers; l++) {
-        const LayerWeights *lw = l < n_layers ? &w->layers[l] : NULL;
-        const Matrix *m[7] = {&w->wcls};
-        if (lw) m[0] = &lw->wq, m[1] = &lw->wk, m[2] = &lw->wv, m[3] = &lw->wo, m[4] = &lw->w1, m[5] = &lw->w2, m[6] = &lw->w3;
-        for (int i = 0; i < (lw ? 7 : 1); i++)
-            if (m[i]->type != TYPE_F32 && m[i]->type != TYPE_F16 && m[i]->type != TYPE_BF16) return m[i]->type;
+    for (int i = 0; i <= 7 * n_layers; i++) {
+        const Matrix *m = model_matrix((TransformerWeights *)w, n_layers, i); // only read
+        if (m->type != TYPE_F32 && m->type != TYPE_F16 && m->type != TYPE_BF16) return m->type;
     }
     return -1;
 }
 
+// Writes t to out_path in our format with matrices of the given type (or
+// mix). One type for all: version 1; a mix: version 2, with its table of
+// types. The file appears only when complete (an Output: written beside it,
+// then renamed).
 int quantize_mode(const Transformer *t, const char *in_path, const char *out_path, int dtype) {
     const Config *c = &t->config;
     if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
