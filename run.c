@@ -7931,7 +7931,6 @@ int tokenizer_open(Tokenizer *tk, const char *path, int vocab_size) {
     int kind = file_kind(magic, got);
     if (kind != FILE_OTHER && kind != FILE_TOKENIZER_BIN) { fclose(f); return fail("%s: %s", path, file_advice(kind)); }
     if (tokenizer_alloc(tk, vocab_size) != 0) { fclose(f); return fail("%s: out of memory", path); }
-    if (!f) { tokenizer_close(tk); return fail("%s: cannot open: %s", path, strerror(errno)); }
     unsigned char word[4];
     int err = 0;
     if (fread(word, 1, 4, f) != 4) err = fail("%s: too short for a tokenizer (no header)", path);
