@@ -7084,7 +7084,13 @@ static void write_stderr(const char *s) {
     }
 }
 
-// Only async-signal-safe calls: strlen, write, unlink, signal, raise, _exit.
+// Set by the first thread to fault on a cut-short file: with several
+// threads reading the weights, each can fault at once, and their messages
+// came out interleaved ("run: run: m.binm.bin: ...", seen in CI).
+static atomic_flag bus_error_told = ATOMIC_FLAG_INIT;
+
+// Only async-signal-safe calls: strlen, write, unlink, signal, raise, pause,
+// _exit, and a lock-free atomic flag.
 void on_bus_error(int sig, siginfo_t *info, void *context) {
     (void)context;
     const char *at = info->si_addr, *path = NULL;
@@ -7096,6 +7102,8 @@ void on_bus_error(int sig, siginfo_t *info, void *context) {
         raise(sig);
         return;
     }
+    if (atomic_flag_test_and_set(&bus_error_told))
+        for (;;) pause(); // another thread says it and exits the process; returning would fault again
     if (unfinished_output) unlink(unfinished_output);
     write_stderr("run: ");
     write_stderr(path);
