@@ -7,8 +7,9 @@
    it can call the engine's internals: loaders, forward, tokenizer, sampler.
    It also runs the built ./run binary for the command-line tests
    (environment: RUN_BINARY, default ./run, and RUN_WRAPPER, a command put
-   before it such as qemu-aarch64), and /usr/bin/python3 (Debian's, with
-   numpy) for export.py. Every check
+   before it such as qemu-aarch64), itself again (./test_all
+   --bus-error-child, for one hostile test), and /usr/bin/python3 (Debian's,
+   with numpy) for export.py. Every check
    compares against the shared reference data (argv[1], default ../shared) or
    against an exact expectation computed here, independently of run.c.
 
