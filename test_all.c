@@ -1749,11 +1749,7 @@ static void test_small_twins(void) {
             double bound = 0.0;
             for (int i = 0; i < n; i++) bound += fabs((double)a[i] * f16_to_f32_plain(h[i]));
             bad_f16 += fabs((double)dot_f32_f16(a, h, n) - dot_f32_f16_plain(a, h, n)) > 1e-5 * bound + 1e-30;
-            memcpy(c, b, sizeof b);
-            memcpy(d, b, sizeof b);
-            axpy_f16(c, a[0], h, n);
-            axpy_f16_plain(d, a[0], h, n);
-            for (int i = 0; i < n; i++) bad_f16 += fabsf(c[i] - d[i]) > 1e-6f * (fabsf(d[i]) + fabsf(a[0])) + 1e-30f;
+            bad_f16 += fabs((double)score_f16(a, h, n) - dot_f32_f16_plain(a, h, n)) > 1e-5 * bound + 1e-30;
         }
     }
     for (int trial = 0; trial < 20; trial++) { // exp_row: both within 2^-23 of exp, so within 2^-22 of each other
@@ -1768,7 +1764,7 @@ static void test_small_twins(void) {
         float x = f16_to_f32((uint16_t)v), y = f16_to_f32_plain((uint16_t)v);
         bad_half += isnan(y) ? !isnan(x) : memcmp(&x, &y, sizeof x) != 0;
     }
-    report("kernels: swiglu, exp_row, the fp16 cache's dot/axpy/store and f16_to_f32 == their plain twins",
+    report("kernels: swiglu, exp_row, the fp16 cache's dots and store and f16_to_f32 == their plain twins",
            bad_swiglu == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
            "swiglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu, bad_exp, bad_f16, bad_half);
 }
@@ -1776,14 +1772,17 @@ static void test_small_twins(void) {
 // Attention's weighted sum of the values against its plain twin, bit for
 // bit (the same multiplies and adds in the same order), for head sizes that
 // reach each path's blocks and tails, with a cache row wider than a head;
-// and the scores, one dot_f32 per key.
+// and the scores, one dot_f32 per key. The same for the fp16 cache: its
+// values' sum bit for bit, its scores score_f16 per key.
 static void test_attention_twins(void) {
     enum { MAX_HS = 200, MAX_N = 37, STRIDE = 211 };
     uint64_t rng = 41;
     static float v[MAX_N * STRIDE], att[MAX_N], q[MAX_HS], fast[MAX_HS], plain[MAX_HS];
+    static uint16_t v16[MAX_N * STRIDE];
     int sizes[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 48, 64, 80, 96, 100, 128, 200}, checked = 0, bad = 0;
     random_floats(&rng, v, MAX_N * STRIDE);
     random_floats(&rng, q, MAX_HS);
+    f32_to_f16_row_plain(v16, v, MAX_N * STRIDE);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int n = 1; n <= MAX_N; n += 12) {
             int hs = sizes[i];
@@ -1797,10 +1796,20 @@ static void test_attention_twins(void) {
                 float want = dot_f32(q, v + 3 + (size_t)p * STRIDE, hs) * 0.125f;
                 off |= memcmp(&att[p], &want, sizeof want) != 0;
             }
+            random_floats(&rng, att, MAX_N);
+            memset(fast, 0xFF, sizeof fast);
+            attention_values_f16(fast, att, v16 + 5, STRIDE, n, hs);
+            attention_values_f16_plain(plain, att, v16 + 5, STRIDE, n, hs);
+            off |= memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
+            attention_scores_f16(att, q, v16 + 3, STRIDE, n, hs, 0.125f);
+            for (int p = 0; p < n; p++) {
+                float want = score_f16(q, v16 + 3 + (size_t)p * STRIDE, hs) * 0.125f;
+                off |= memcmp(&att[p], &want, sizeof want) != 0;
+            }
             bad += off;
             checked++;
         }
-    report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores == dot_f32 per key",
+    report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores == dot_f32 per key (fp16 cache: score_f16)",
            bad == 0 && checked == 16 * 4, "%d of %d cases off", bad, checked);
 }
 
