@@ -4338,15 +4338,69 @@ static float dot_f32(const float *a, const float *b, int n) {
 
 #endif
 
-/* Attention's two loops over a head's cached positions (fp32 cache): the
-   scores, one dot_f32 per key, the same sums for one position as for a
-   prefill block (so batched prefill equals token-by-token), and the
-   weighted sum of the values. The SIMD weighted sums keep the output in
-   registers across the positions, where the plain loop goes to memory for
-   every position, and do its operations in its order (a multiply, then an
-   add), so they equal it bit for bit. */
+/* Attention's two loops over a head's cached positions: the scores, one
+   dot product per key, the same sums for one position as for a prefill
+   block (so batched prefill equals token-by-token), and the weighted sum of
+   the values. The SIMD weighted sums keep the output in registers across
+   the positions, where the plain loop goes to memory for every position,
+   and do its operations in its order (a multiply, then an add), so they
+   equal it bit for bit. Each kernel reads either cache type (f16 a
+   constant once inlined): the fp16 cache (--kv f16) holds keys and values
+   rounded to half precision, widened as they are loaded, which halves the
+   cache's memory and traffic. When attention took its keys one dot
+   product at a time and added each position's values through memory, the
+   fp16 cache was no faster than the fp32 one at 2000 positions; read as
+   the fp32 one is, it is 7-13% faster (tl1b Q4_K_M, 2 threads, AVX-512:
+   31-32 -> 37.5 tok/s; BENCHMARKS.md, session 34). */
+
+// out += a * v, an fp16 row
+static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
+    for (int j = 0; j < n; j++) out[j] += a * f16_to_f32_plain(v[j]);
+}
+
+// out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
+// The SIMD builds call them for their tail columns, and the tests.
+__attribute__((unused)) static void attention_values_plain(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    memset(out, 0, (size_t)hs * sizeof(float));
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < hs; i++) out[i] += att[p] * v[(size_t)p * stride + i];
+}
+__attribute__((unused)) static void attention_values_f16_plain(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
+    memset(out, 0, (size_t)hs * sizeof(float));
+    for (int p = 0; p < n; p++) axpy_f16_plain(out, att[p], v + (size_t)p * stride, hs);
+}
 
 #if HAVE_AVX512
+
+// 16 floats of a cache row from element i on, widened if the row is fp16;
+// masked: the lanes of m, the others 0.
+static inline __attribute__((always_inline)) __m512 load_16(const void *row, size_t i, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+static inline __attribute__((always_inline)) __m512 load_16_masked(const void *row, size_t i, __mmask16 m, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+}
+
+// dot_f32_lanes for a key of either cache type.
+static inline __attribute__((always_inline)) __m512 key_lanes(const float *q, const void *k, int n, int f16) {
+    if (!f16) return dot_f32_lanes(q, k, n);
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 64 <= n; j += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), load_16(k, (size_t)j, 1), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 16), load_16(k, (size_t)j + 16, 1), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 32), load_16(k, (size_t)j + 32, 1), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 48), load_16(k, (size_t)j + 48, 1), s3);
+    }
+    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), load_16(k, (size_t)j, 1), s0);
+    if (j < n) {
+        __mmask16 m = tail_mask(n - j);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + j), load_16_masked(k, (size_t)j, m, 1), s1);
+    }
+    return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+}
 
 // l[p]'s lanes summed as sum_m512 sums them, for 16 vectors at once: key p's
 // sum in lane p. Four steps of a transposition, each adding the pairs that
@@ -4369,54 +4423,69 @@ static inline __attribute__((always_inline)) __m512 sum_16_m512(const __m512 l[1
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// One fp16 key's score before the scale, the same bits as a block of 16
+// gives it.
+static float score_f16(const float *q, const uint16_t *k, int hs) {
+    return sum_m512(key_lanes(q, k, hs, 1));
+}
+
+#else
+
+static float score_f16(const float *q, const uint16_t *k, int hs) {
+    return dot_f32_f16(q, k, hs);
+}
+
 #endif
 
-// att[p] = q . k[p * stride ..] * scale for p < n, one dot_f32 per key; on
-// AVX-512 16 keys at a time, each key's products as dot_f32_lanes, their
-// lanes summed together (sum_16_m512): every score is dot_f32's bit for bit.
-static inline __attribute__((always_inline)) void attention_scores_as(float *att, const float *q, const float *k, size_t stride, int n,
-                                                                       int hs, float scale) {
+// att[p] = q . k[p * stride ..] * scale for p < n, one dot_f32 (fp16 cache:
+// score_f16) per key; on AVX-512 16 keys at a time, each key's products as
+// key_lanes, their lanes summed together (sum_16_m512): every score is
+// dot_f32's (score_f16's) bit for bit.
+static inline __attribute__((always_inline)) void attention_scores_as(float *att, const float *q, const void *k, size_t stride, int n,
+                                                                       int hs, float scale, int f16) {
+    size_t row = f16 ? sizeof(uint16_t) : sizeof(float);
     int p = 0;
 #if HAVE_AVX512
     for (; p + 16 <= n; p += 16) {
         __m512 l[16];
-        for (int i = 0; i < 16; i++) l[i] = dot_f32_lanes(q, k + (size_t)(p + i) * stride, hs);
+        for (int i = 0; i < 16; i++) l[i] = key_lanes(q, (const char *)k + (size_t)(p + i) * stride * row, hs, f16);
         _mm512_storeu_ps(att + p, _mm512_mul_ps(sum_16_m512(l), _mm512_set1_ps(scale)));
     }
 #endif
-    for (; p < n; p++) att[p] = dot_f32(q, k + (size_t)p * stride, hs) * scale;
+    for (; p < n; p++) {
+        const void *key = (const char *)k + (size_t)p * stride * row;
+        att[p] = (f16 ? score_f16(q, key, hs) : dot_f32(q, key, hs)) * scale;
+    }
 }
 
 // The common head sizes compiled as constants, so that each key's dot
 // product unrolls to straight loads and multiply-adds: scores 2x faster at
 // 64 on AVX-512, 1.6x on AVX2 (32 heads x 193 keys, one thread, cached).
 static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale) {
-    if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale);
-    else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale);
-    else attention_scores_as(att, q, k, stride, n, hs, scale);
+    if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale, 0);
+    else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale, 0);
+    else attention_scores_as(att, q, k, stride, n, hs, scale, 0);
 }
-
-// out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
-// The SIMD builds call it for their tail columns, and the tests.
-__attribute__((unused)) static void attention_values_plain(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
-    memset(out, 0, (size_t)hs * sizeof(float));
-    for (int p = 0; p < n; p++)
-        for (int i = 0; i < hs; i++) out[i] += att[p] * v[(size_t)p * stride + i];
+static void attention_scores_f16(float *att, const float *q, const uint16_t *k, size_t stride, int n, int hs, float scale) {
+    if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale, 1);
+    else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale, 1);
+    else attention_scores_as(att, q, k, stride, n, hs, scale, 1);
 }
 
 #if HAVE_AVX512
 
-static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+static inline __attribute__((always_inline)) void attention_values_as(float *out, const float *att, const void *v, size_t stride, int n,
+                                                                       int hs, int f16) {
     int i = 0;
     for (; i + 64 <= hs; i += 64) { // 64 outputs in four registers
         __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        const float *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) {
+        for (int p = 0; p < n; p++) {
+            size_t at = (size_t)p * stride + i;
             __m512 a = _mm512_set1_ps(att[p]);
-            o0 = _mm512_add_ps(o0, _mm512_mul_ps(a, _mm512_loadu_ps(vp)));
-            o1 = _mm512_add_ps(o1, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 16)));
-            o2 = _mm512_add_ps(o2, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 32)));
-            o3 = _mm512_add_ps(o3, _mm512_mul_ps(a, _mm512_loadu_ps(vp + 48)));
+            o0 = _mm512_add_ps(o0, _mm512_mul_ps(a, load_16(v, at, f16)));
+            o1 = _mm512_add_ps(o1, _mm512_mul_ps(a, load_16(v, at + 16, f16)));
+            o2 = _mm512_add_ps(o2, _mm512_mul_ps(a, load_16(v, at + 32, f16)));
+            o3 = _mm512_add_ps(o3, _mm512_mul_ps(a, load_16(v, at + 48, f16)));
         }
         _mm512_storeu_ps(out + i, o0);
         _mm512_storeu_ps(out + i + 16, o1);
@@ -4426,25 +4495,31 @@ static void attention_values(float *out, const float *att, const float *v, size_
     for (; i < hs; i += 16) { // then 16 at a time, the last masked
         __mmask16 m = hs - i >= 16 ? (__mmask16)0xFFFF : tail_mask(hs - i);
         __m512 o = _mm512_setzero_ps();
-        const float *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(att[p]), _mm512_maskz_loadu_ps(m, vp)));
+        for (int p = 0; p < n; p++) o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(att[p]), load_16_masked(v, (size_t)p * stride + i, m, f16)));
         _mm512_mask_storeu_ps(out + i, m, o);
     }
 }
 
 #elif HAVE_AVX2
 
-static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+// 8 floats of a cache row from element i on, widened if the row is fp16.
+static inline __attribute__((always_inline)) __m256 load_8(const void *row, size_t i, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return _mm256_loadu_ps((const float *)row + i);
+}
+
+static inline __attribute__((always_inline)) void attention_values_as(float *out, const float *att, const void *v, size_t stride, int n,
+                                                                       int hs, int f16) {
     int i = 0;
     for (; i + 32 <= hs; i += 32) { // 32 outputs in four registers
         __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        const float *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) {
+        for (int p = 0; p < n; p++) {
+            size_t at = (size_t)p * stride + i;
             __m256 a = _mm256_set1_ps(att[p]);
-            o0 = _mm256_add_ps(o0, _mm256_mul_ps(a, _mm256_loadu_ps(vp)));
-            o1 = _mm256_add_ps(o1, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 8)));
-            o2 = _mm256_add_ps(o2, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 16)));
-            o3 = _mm256_add_ps(o3, _mm256_mul_ps(a, _mm256_loadu_ps(vp + 24)));
+            o0 = _mm256_add_ps(o0, _mm256_mul_ps(a, load_8(v, at, f16)));
+            o1 = _mm256_add_ps(o1, _mm256_mul_ps(a, load_8(v, at + 8, f16)));
+            o2 = _mm256_add_ps(o2, _mm256_mul_ps(a, load_8(v, at + 16, f16)));
+            o3 = _mm256_add_ps(o3, _mm256_mul_ps(a, load_8(v, at + 24, f16)));
         }
         _mm256_storeu_ps(out + i, o0);
         _mm256_storeu_ps(out + i + 8, o1);
@@ -4453,11 +4528,22 @@ static void attention_values(float *out, const float *att, const float *v, size_
     }
     for (; i + 8 <= hs; i += 8) {
         __m256 o = _mm256_setzero_ps();
-        const float *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]), _mm256_loadu_ps(vp)));
+        for (int p = 0; p < n; p++) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]), load_8(v, (size_t)p * stride + i, f16)));
         _mm256_storeu_ps(out + i, o);
     }
-    if (i < hs) attention_values_plain(out + i, att, v + i, stride, n, hs - i);
+    if (i < hs && f16) attention_values_f16_plain(out + i, att, (const uint16_t *)v + i, stride, n, hs - i);
+    else if (i < hs) attention_values_plain(out + i, att, (const float *)v + i, stride, n, hs - i);
+}
+
+#endif
+
+#if HAVE_AVX2 // (AVX-512 builds have AVX2)
+
+static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
+    attention_values_as(out, att, v, stride, n, hs, 0);
+}
+static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
+    attention_values_as(out, att, v, stride, n, hs, 1);
 }
 
 #elif HAVE_NEON
@@ -4487,36 +4573,23 @@ static void attention_values(float *out, const float *att, const float *v, size_
     }
     if (i < hs) attention_values_plain(out + i, att, v + i, stride, n, hs - i);
 }
+static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
+    attention_values_f16_plain(out, att, v, stride, n, hs);
+}
 
 #else
 
 static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
     attention_values_plain(out, att, v, stride, n, hs);
 }
+static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
+    attention_values_f16_plain(out, att, v, stride, n, hs);
+}
 
 #endif
 
-/* The fp16 KV cache (--kv f16): keys and values are rounded to half
-   precision when stored and widened when attention reads them, halving the
-   cache's memory and traffic. Attention reads it as it reads the fp32
-   cache: the weighted sum of the values in registers across the
-   positions, each a multiply then an add (bit for bit its plain twin), and
-   on AVX-512 the scores 16 keys at a time. With one key's dot product and
-   one value's add at a time instead (the sum going to memory for every
-   position), the fp16 cache was no faster than the fp32 one at 2000
-   positions; now it is 7-13% faster (tl1b Q4_K_M, 2 threads, AVX-512:
-   31-32 -> 37.5 tok/s; BENCHMARKS.md, session 34). */
-
-// out += a * v
-static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
-    for (int j = 0; j < n; j++) out[j] += a * f16_to_f32_plain(v[j]);
-}
-
-// out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
-__attribute__((unused)) static void attention_values_f16_plain(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
-    memset(out, 0, (size_t)hs * sizeof(float));
-    for (int p = 0; p < n; p++) axpy_f16_plain(out, att[p], v + (size_t)p * stride, hs);
-}
+/* The fp16 cache's stores, and dot_f32_f16 (fp16 weight rows, and the
+   fp16 cache's scores outside AVX-512). */
 
 static void f32_to_f16_row_plain(uint16_t *out, const float *x, size_t n) {
     for (size_t j = 0; j < n; j++) out[j] = f32_to_f16(x[j]);
@@ -4545,122 +4618,6 @@ static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) {
 #else
 static float dot_f32_f16(const float *a, const uint16_t *b, int n) { return dot_f32_f16_plain(a, b, n); }
 static void f32_to_f16_row(uint16_t *out, const float *x, size_t n) { f32_to_f16_row_plain(out, x, n); }
-#endif
-
-#if HAVE_AVX512
-
-// dot_f32_lanes for a key of the fp16 cache: its products summed into 16
-// lanes, before sum_m512 (one key) or sum_16_m512 (16 keys) adds them.
-static inline __attribute__((always_inline)) __m512 dot_f32_f16_lanes(const float *a, const uint16_t *b, int n) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    int j = 0;
-    for (; j + 64 <= n; j += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j))), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j + 16))), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 32), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j + 32))), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 48), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j + 48))), s3);
-    }
-    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + j))), s0);
-    if (j < n) {
-        __mmask16 m = tail_mask(n - j);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, b + j)), s1);
-    }
-    return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
-}
-
-// One key's score before the scale, the same bits as a block of 16 gives it.
-static float score_f16(const float *q, const uint16_t *k, int hs) {
-    return sum_m512(dot_f32_f16_lanes(q, k, hs));
-}
-
-static inline __attribute__((always_inline)) void attention_scores_f16_as(float *att, const float *q, const uint16_t *k, size_t stride,
-                                                                           int n, int hs, float scale) {
-    int p = 0;
-    for (; p + 16 <= n; p += 16) {
-        __m512 l[16];
-        for (int i = 0; i < 16; i++) l[i] = dot_f32_f16_lanes(q, k + (size_t)(p + i) * stride, hs);
-        _mm512_storeu_ps(att + p, _mm512_mul_ps(sum_16_m512(l), _mm512_set1_ps(scale)));
-    }
-    for (; p < n; p++) att[p] = score_f16(q, k + (size_t)p * stride, hs) * scale;
-}
-
-// att[p] = score_f16(q, k[p * stride ..]) * scale for p < n
-static void attention_scores_f16(float *att, const float *q, const uint16_t *k, size_t stride, int n, int hs, float scale) {
-    if (hs == 64) attention_scores_f16_as(att, q, k, stride, n, 64, scale);
-    else if (hs == 128) attention_scores_f16_as(att, q, k, stride, n, 128, scale);
-    else attention_scores_f16_as(att, q, k, stride, n, hs, scale);
-}
-
-static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
-    int i = 0;
-    for (; i + 64 <= hs; i += 64) { // 64 outputs in four registers
-        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        const uint16_t *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) {
-            __m512 a = _mm512_set1_ps(att[p]);
-            o0 = _mm512_add_ps(o0, _mm512_mul_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)vp))));
-            o1 = _mm512_add_ps(o1, _mm512_mul_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 16)))));
-            o2 = _mm512_add_ps(o2, _mm512_mul_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 32)))));
-            o3 = _mm512_add_ps(o3, _mm512_mul_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp + 48)))));
-        }
-        _mm512_storeu_ps(out + i, o0);
-        _mm512_storeu_ps(out + i + 16, o1);
-        _mm512_storeu_ps(out + i + 32, o2);
-        _mm512_storeu_ps(out + i + 48, o3);
-    }
-    for (; i < hs; i += 16) { // then 16 at a time, the last masked
-        __mmask16 m = hs - i >= 16 ? (__mmask16)0xFFFF : tail_mask(hs - i);
-        __m512 o = _mm512_setzero_ps();
-        const uint16_t *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride)
-            o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(att[p]), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, vp))));
-        _mm512_mask_storeu_ps(out + i, m, o);
-    }
-}
-
-#else
-
-// One key's score before the scale, as attention_scores_f16 gives it.
-static float score_f16(const float *q, const uint16_t *k, int hs) {
-    return dot_f32_f16(q, k, hs);
-}
-
-static void attention_scores_f16(float *att, const float *q, const uint16_t *k, size_t stride, int n, int hs, float scale) {
-    for (int p = 0; p < n; p++) att[p] = score_f16(q, k + (size_t)p * stride, hs) * scale;
-}
-
-#if HAVE_AVX2
-static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
-    int i = 0;
-    for (; i + 32 <= hs; i += 32) { // 32 outputs in four registers
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        const uint16_t *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) {
-            __m256 a = _mm256_set1_ps(att[p]);
-            o0 = _mm256_add_ps(o0, _mm256_mul_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vp))));
-            o1 = _mm256_add_ps(o1, _mm256_mul_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 8)))));
-            o2 = _mm256_add_ps(o2, _mm256_mul_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 16)))));
-            o3 = _mm256_add_ps(o3, _mm256_mul_ps(a, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vp + 24)))));
-        }
-        _mm256_storeu_ps(out + i, o0);
-        _mm256_storeu_ps(out + i + 8, o1);
-        _mm256_storeu_ps(out + i + 16, o2);
-        _mm256_storeu_ps(out + i + 24, o3);
-    }
-    for (; i + 8 <= hs; i += 8) {
-        __m256 o = _mm256_setzero_ps();
-        const uint16_t *vp = v + i;
-        for (int p = 0; p < n; p++, vp += stride) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vp))));
-        _mm256_storeu_ps(out + i, o);
-    }
-    if (i < hs) attention_values_f16_plain(out + i, att, v + i, stride, n, hs - i);
-}
-#else
-static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
-    attention_values_f16_plain(out, att, v, stride, n, hs);
-}
-#endif
-
 #endif
 
 /* The exponential for softmax and SwiGLU: expf one value at a time is a
