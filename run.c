@@ -4263,26 +4263,38 @@ static float sum_m512(__m512 v) {
     return sum_m256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
-// dot_f32's products summed into 16 lanes, before sum_m512 adds them.
-static inline __attribute__((always_inline)) __m512 dot_f32_lanes(const float *a, const float *b, int n) {
+// 16 floats of a row from element i on, widened if the row is fp16 (the
+// fp16 KV cache); masked: the lanes of m, the others 0.
+static inline __attribute__((always_inline)) __m512 load_16(const void *row, size_t i, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+static inline __attribute__((always_inline)) __m512 load_16_masked(const void *row, size_t i, __mmask16 m, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+}
+
+// dot_f32's products summed into 16 lanes, before sum_m512 adds them; b
+// fp32, or fp16 (f16, a constant once inlined) for the fp16 cache's keys.
+static inline __attribute__((always_inline)) __m512 dot_lanes(const float *a, const void *b, int n, int f16) {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
     int j = 0;
     for (; j + 64 <= n; j += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 32), _mm512_loadu_ps(b + j + 32), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 48), _mm512_loadu_ps(b + j + 48), s3);
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), load_16(b, (size_t)j, f16), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), load_16(b, (size_t)j + 16, f16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 32), load_16(b, (size_t)j + 32, f16), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 48), load_16(b, (size_t)j + 48, f16), s3);
     }
-    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), s0);
+    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), load_16(b, (size_t)j, f16), s0);
     if (j < n) {
         __mmask16 m = tail_mask(n - j);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j), s1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), load_16_masked(b, (size_t)j, m, f16), s1);
     }
     return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
 }
 
 static float dot_f32(const float *a, const float *b, int n) {
-    return sum_m512(dot_f32_lanes(a, b, n));
+    return sum_m512(dot_lanes(a, b, n, 0));
 }
 
 #elif HAVE_AVX2
@@ -4372,36 +4384,6 @@ __attribute__((unused)) static void attention_values_f16_plain(float *out, const
 
 #if HAVE_AVX512
 
-// 16 floats of a cache row from element i on, widened if the row is fp16;
-// masked: the lanes of m, the others 0.
-static inline __attribute__((always_inline)) __m512 load_16(const void *row, size_t i, int f16) {
-    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
-    return _mm512_loadu_ps((const float *)row + i);
-}
-static inline __attribute__((always_inline)) __m512 load_16_masked(const void *row, size_t i, __mmask16 m, int f16) {
-    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
-    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
-}
-
-// dot_f32_lanes for a key of either cache type.
-static inline __attribute__((always_inline)) __m512 key_lanes(const float *q, const void *k, int n, int f16) {
-    if (!f16) return dot_f32_lanes(q, k, n);
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-    int j = 0;
-    for (; j + 64 <= n; j += 64) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), load_16(k, (size_t)j, 1), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 16), load_16(k, (size_t)j + 16, 1), s1);
-        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 32), load_16(k, (size_t)j + 32, 1), s2);
-        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j + 48), load_16(k, (size_t)j + 48, 1), s3);
-    }
-    for (; j + 16 <= n; j += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j), load_16(k, (size_t)j, 1), s0);
-    if (j < n) {
-        __mmask16 m = tail_mask(n - j);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + j), load_16_masked(k, (size_t)j, m, 1), s1);
-    }
-    return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
-}
-
 // l[p]'s lanes summed as sum_m512 sums them, for 16 vectors at once: key p's
 // sum in lane p. Four steps of a transposition, each adding the pairs that
 // sum_m512's step adds: lane i + i + 8, then i + i + 4, i + i + 2, i + i + 1.
@@ -4426,7 +4408,7 @@ static inline __attribute__((always_inline)) __m512 sum_16_m512(const __m512 l[1
 // One fp16 key's score before the scale, the same bits as a block of 16
 // gives it.
 static float score_f16(const float *q, const uint16_t *k, int hs) {
-    return sum_m512(key_lanes(q, k, hs, 1));
+    return sum_m512(dot_lanes(q, k, hs, 1));
 }
 
 #else
@@ -4439,7 +4421,7 @@ static float score_f16(const float *q, const uint16_t *k, int hs) {
 
 // att[p] = q . k[p * stride ..] * scale for p < n, one dot_f32 (fp16 cache:
 // score_f16) per key; on AVX-512 16 keys at a time, each key's products as
-// key_lanes, their lanes summed together (sum_16_m512): every score is
+// dot_lanes, their lanes summed together (sum_16_m512): every score is
 // dot_f32's (score_f16's) bit for bit.
 static inline __attribute__((always_inline)) void attention_scores_as(float *att, const float *q, const void *k, size_t stride, int n,
                                                                        int hs, float scale, int f16) {
@@ -4448,7 +4430,7 @@ static inline __attribute__((always_inline)) void attention_scores_as(float *att
 #if HAVE_AVX512
     for (; p + 16 <= n; p += 16) {
         __m512 l[16];
-        for (int i = 0; i < 16; i++) l[i] = key_lanes(q, (const char *)k + (size_t)(p + i) * stride * row, hs, f16);
+        for (int i = 0; i < 16; i++) l[i] = dot_lanes(q, (const char *)k + (size_t)(p + i) * stride * row, hs, f16);
         _mm512_storeu_ps(att + p, _mm512_mul_ps(sum_16_m512(l), _mm512_set1_ps(scale)));
     }
 #endif
