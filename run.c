@@ -2225,7 +2225,37 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
      HAVE_AMX          AMX tiles with int8 products (and AVX-512 VBMI):
                        prefill of the K-quants, where Linux allows it
      HAVE_NEON         ARM64's Advanced SIMD
-     HAVE_DOTPROD      ARM's SDOT (armv8.2-a+dotprod) */
+     HAVE_DOTPROD      ARM's SDOT (armv8.2-a+dotprod)
+   and one for the operating system:
+     HAVE_LINUX        Linux's extras: huge pages and giving pages back on
+                       request (madvise), AMX's permission, /proc. Without
+                       them (other systems, or -DNO_LINUX to check that
+                       build on Linux) run.c is plain POSIX. */
+
+#if defined(__linux__) && !defined(NO_LINUX)
+#define HAVE_LINUX 1
+#else
+#define HAVE_LINUX 0
+#endif
+
+// Huge pages for memory the kernels stream (with 4 KB pages each page costs
+// a TLB miss); Linux gives them on request. A hint: nothing else changes.
+static void ask_huge_pages(void *p, size_t bytes) {
+#if HAVE_LINUX
+    madvise(p, bytes, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
+// Lets the pages of a mapped file leave memory (they come back if read).
+static void give_back_pages(void *p, size_t bytes) {
+#if HAVE_LINUX
+    madvise(p, bytes, MADV_DONTNEED);
+#else
+    (void)p, (void)bytes;
+#endif
+}
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define HAVE_AVX2 1
@@ -2246,7 +2276,7 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
 #if HAVE_AVX2
 #include <cpuid.h>
 #endif
-#if HAVE_AVX512_VNNI && defined(__AVX512VBMI__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#if HAVE_LINUX && HAVE_AVX512_VNNI && defined(__AVX512VBMI__) && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #define HAVE_AMX 1
 #include <sys/syscall.h>
 #else
@@ -6765,6 +6795,29 @@ static Matrix *model_matrix(TransformerWeights *w, int n_layers, int i) {
     return layer[i % 7];
 }
 
+/* A long load shows itself as llama.cpp's does: once it has taken a second,
+   a line of dots grows to 40 as the work gets done, on a terminal only (a
+   log or a pipe stays clean). */
+typedef struct {
+    FILE *out;    // stderr
+    int tty;      // out is a terminal
+    double start; // seconds
+    int shown, dots;
+} Progress;
+
+static Progress progress_start(FILE *out) {
+    return (Progress){out, isatty(fileno(out)), now_seconds(), 0, 0};
+}
+
+static void progress_show(Progress *p, const char *what, size_t done, size_t total) {
+    if (!p->tty || total == 0 || (!p->shown && now_seconds() - p->start < 1.0)) return;
+    if (!p->shown) fprintf(p->out, "run: %s ", what);
+    p->shown = 1;
+    for (int want = (int)(40.0 * (double)done / (double)total); p->dots < want; p->dots++) fputc('.', p->out);
+    if (done >= total) fputs(" done\n", p->out);
+    fflush(p->out);
+}
+
 // Sets every matrix's kernel, and packs those whose kernel reads the
 // packed layout (pack_matrix) into one allocation; the copy replaces the
 // mapped original in memory.
@@ -6780,25 +6833,26 @@ static int choose_kernels(Transformer *t, const char *path) {
 #if HAVE_AVX2
     choose_prefetch();
 #endif
-    // On 2 MB boundaries, and Linux asked for huge pages where it gives them
-    // on request (transparent_hugepage "madvise"): the kernels stream every
-    // weight, and with 4 KB pages each page costs a TLB miss.
-    size_t huge = (size_t)2 << 20;
+    size_t huge = (size_t)2 << 20; // on 2 MB boundaries, for huge pages
     if (posix_memalign((void **)&t->packed, huge, total) != 0) {
         t->packed = NULL;
         return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
     }
-    madvise(t->packed, total, MADV_HUGEPAGE); // a hint: without it, 4 KB pages
+    ask_huge_pages(t->packed, total); // a hint: without it, 4 KB pages
     size_t at = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    Progress progress = progress_start(stderr);
+    char what[600];
+    snprintf(what, sizeof what, "loading %s", path);
     for (int i = 0; i < n_matrices; i++) {
         Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
         if (m->kernel != KERNEL_PACKED) continue;
         m->packed = t->packed + at;
         pack_matrix(t->packed + at, m);
         at += (packed_size(m) + 63) / 64 * 64;
+        progress_show(&progress, what, at, total);
         // the original's pages leave memory (they stay mapped, and come back if read)
         uintptr_t start = (uintptr_t)m->data / page * page;
-        madvise((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols), MADV_DONTNEED);
+        give_back_pages((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols));
     }
     return 0;
 }
@@ -7584,7 +7638,9 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
     if (experts > 0)
         return fail("%s: a mixture-of-experts model (%s.expert_count %lld), which run.c does not compute", path, arch,
                     (long long)experts);
-    if (g->n_tensors == 0) return fail("%s: GGUF file has no tensors (a vocabulary-only file? use it with -z)", path);
+    if (g->n_tensors == 0)
+        return fail("%s: a vocabulary-only GGUF file (no tensors): it can tokenize (-m tokenize) or serve as -z, "
+                    "not run", path);
     const GgufTensor *emb = gguf_tensor(g, "token_embd.weight");
     if (!emb || emb->n_dims != 2) return fail("%s: tensor token_embd.weight is missing", path);
     static const char *const keys[] = {"embedding_length", "feed_forward_length", "block_count", "attention.head_count",
@@ -7944,10 +8000,14 @@ static void gguf_eog(Tokenizer *tk, const Gguf *g) {
 }
 
 // The vocabulary of a GGUF file: SentencePiece or byte-level BPE.
+// vocab_size 0: as many tokens as the file holds (a vocabulary on its own).
 static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_size) {
     size_t len;
     const char *model = gguf_string(g, "tokenizer.ggml.model", &len);
     if (!model) return fail("%s: GGUF file has no tokenizer (tokenizer.ggml.model); give one with -z", path);
+    const GgufValue *tokens = gguf_find(g, "tokenizer.ggml.tokens");
+    if (vocab_size == 0 && tokens && tokens->type == GGUF_ARRAY && tokens->count > 0 && tokens->count <= INT32_MAX)
+        vocab_size = (int)tokens->count;
     int err;
     if (len == 5 && memcmp(model, "llama", 5) == 0) err = gguf_vocab_sentencepiece(tk, g, path, vocab_size);
     else if (len == 4 && memcmp(model, "gpt2", 4) == 0) err = gguf_vocab_bpe(tk, g, path, vocab_size);
@@ -7975,6 +8035,15 @@ static int tokenizer_open_gguf(Tokenizer *tk, const char *path, int vocab_size) 
     unmap_file(map, size);
     if (err) tokenizer_close(tk);
     return err;
+}
+
+// 1 if path is a GGUF file with no tensors (a vocabulary-only file).
+static int gguf_without_tensors(const char *path) {
+    unsigned char header[24];
+    FILE *f = fopen(path, "rb");
+    int n = f ? (int)fread(header, 1, sizeof header, f) : 0;
+    if (f) fclose(f);
+    return n == 24 && (uint32_t)read_i32(header) == GGUF_MAGIC && read_u64(header + 8) == 0;
 }
 
 // Reads a tokenizer that must hold exactly vocab_size tokens (the model's):
@@ -8389,10 +8458,12 @@ static double median(double *v, int n) {
 // The 1-minute load average (Linux), or -1: other work on the machine makes
 // every figure noisy, and spinning OpenMP threads suffer most.
 static double load_average(void) {
-    FILE *f = fopen("/proc/loadavg", "r");
     double load = -1.0;
+#if HAVE_LINUX
+    FILE *f = fopen("/proc/loadavg", "r");
     if (f && fscanf(f, "%lf", &load) != 1) load = -1.0;
     if (f) fclose(f);
+#endif
     return load;
 }
 
@@ -8402,7 +8473,7 @@ static uint64_t *bench_array(void) {
     uint64_t *a = NULL;
     // in huge pages where Linux gives them, as the packed weights are
     if (posix_memalign((void **)&a, (size_t)2 << 20, BENCH_ARRAY_BYTES) != 0) return NULL;
-    madvise(a, BENCH_ARRAY_BYTES, MADV_HUGEPAGE);
+    ask_huge_pages(a, BENCH_ARRAY_BYTES);
     #pragma omp parallel for private(i) schedule(static)
     for (i = 0; i < n; i++) a[i] = i;
     return a;
@@ -9015,6 +9086,33 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     return err;
 }
 
+// Loads the model and runs the mode.
+static int open_and_run(const Options *o, Tokenizer *tk, const char *text, size_t text_len) {
+    Transformer t;
+    int no_forward = o->mode_bit == MODE_TOKENIZE || o->mode_bit == MODE_QUANTIZE;
+    int err = no_forward ? transformer_open_mapped(&t, o->checkpoint, o->context)
+                         : transformer_open_kv(&t, o->checkpoint, o->context, o->kv_type);
+    if (err) return err;
+    if (o->context > t.config.seq_len) // -c only shortens: positions past training are not computed right
+        fprintf(stderr, "run: -c %d is more than the model's context of %d positions; using %d\n", o->context,
+                t.config.seq_len, t.config.seq_len);
+    int trace_existed = o->trace && access(o->trace, F_OK) == 0;
+    if (o->trace && !(t.trace = fopen(o->trace, "a"))) {
+        err = fail("%s: cannot open for appending: %s", o->trace, strerror(errno));
+    } else if (t.trace && check_writes(o) != 0) { // again, now that the trace exists: another name for -o's file
+        fclose(t.trace);
+        t.trace = NULL;
+        if (!trace_existed) remove(o->trace); // the empty file just made
+        err = -1;
+    } else {
+        err = run_mode(o, &t, tk, text, text_len);
+        if (t.trace && fclose(t.trace) != 0 && !err) err = fail("%s: write failed", o->trace);
+        t.trace = NULL;
+    }
+    transformer_close(&t);
+    return err;
+}
+
 // Output that could not be all written (a full disk, say) is an error,
 // except into a closed pipe: its reader took all it wanted.
 static int check_stdout(void) {
@@ -9049,31 +9147,14 @@ int main(int argc, char **argv) {
     // outputs are checked before the model loads: a mistake should not cost the load
     int err = !text || (o.output && check_output(o.output) != 0) || (o.trace && check_output(o.trace) != 0) ||
               check_writes(&o) != 0 ? -1 : 0;
-    Transformer t;
     Tokenizer tk = {0};
-    int no_forward = o.mode_bit == MODE_TOKENIZE || o.mode_bit == MODE_QUANTIZE;
-    if (!err) err = no_forward ? transformer_open_mapped(&t, o.checkpoint, o.context)
-                               : transformer_open_kv(&t, o.checkpoint, o.context, o.kv_type);
-    if (!err && o.context > t.config.seq_len) // -c only shortens: positions past training are not computed right
-        fprintf(stderr, "run: -c %d is more than the model's context of %d positions; using %d\n", o.context,
-                t.config.seq_len, t.config.seq_len);
-    int trace_existed = o.trace && access(o.trace, F_OK) == 0;
-    if (!err && o.trace && !(t.trace = fopen(o.trace, "a"))) {
-        err = fail("%s: cannot open for appending: %s", o.trace, strerror(errno));
-        transformer_close(&t);
-    }
-    if (!err && t.trace && check_writes(&o) != 0) { // again, now that the trace exists: another name for -o's file
-        fclose(t.trace);
-        t.trace = NULL;
-        if (!trace_existed) remove(o.trace); // the empty file just made
-        err = -1;
-        transformer_close(&t);
-    }
-    if (!err) {
-        err = run_mode(&o, &t, &tk, text, text_len);
-        if (t.trace && fclose(t.trace) != 0 && !err) err = fail("%s: write failed", o.trace);
-        t.trace = NULL;
-        transformer_close(&t);
+    if (!err && o.mode_bit == MODE_TOKENIZE && gguf_without_tensors(o.checkpoint)) {
+        // a vocabulary-only file tokenizes by itself, as llama-tokenize does
+        err = o.tokenizer ? fail("%s: a vocabulary-only file tokenizes by itself; drop -z", o.checkpoint)
+                          : tokenizer_open(&tk, o.checkpoint, 0);
+        if (!err) err = tokenize_mode(&tk, text, text_len);
+    } else if (!err) {
+        err = open_and_run(&o, &tk, text, text_len);
     }
     tokenizer_close(&tk);
     free(text);
