@@ -4393,7 +4393,7 @@ static float dot_f32(const float *a, const float *b, int n) {
    product at a time and added each position's values through memory, the
    fp16 cache was no faster than the fp32 one at 2000 positions; read as
    the fp32 one is, it is 7-13% faster (tl1b Q4_K_M, 2 threads, AVX-512:
-   31-32 -> 37.5 tok/s; BENCHMARKS.md, session 34). */
+   31-32 -> 37.5 tok/s; BENCHMARKS.md). */
 
 // out += a * v, an fp16 row
 static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
@@ -4998,7 +4998,7 @@ static size_t packed_size(const Matrix *m) {
 // Block gb = g * col_blocks + b: its quants, and its 16 rows' scales (all
 // quants come first, then all scales, so a thread reads two streams: with
 // each block's scales beside its quants, one stream, tl1b Q6_K generated
-// 5-22% slower on Zen 4; BENCHMARKS.md, session 28).
+// 5-22% slower on Zen 4; BENCHMARKS.md).
 static const unsigned char *packed_quants(const Matrix *m, size_t gb) {
     return m->packed + gb * type_traits[m->type].packed_bytes;
 }
@@ -5167,18 +5167,18 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // block, twice: prefetch_far_bytes ahead (from memory) and
 // PREFETCH_L1_BYTES ahead into L1 (from wherever the first request put
 // it), so the loads themselves do not wait. tl1b Q4_K_M, 2 threads: 37.6
-// -> 45 tok/s (BENCHMARKS.md, session 8).
+// -> 45 tok/s (BENCHMARKS.md).
 #define PREFETCH_L1_BYTES 2048
 
-// The far request depends on the machine (BENCHMARKS.md, sessions 9-28;
+// The far request depends on the machine (BENCHMARKS.md;
 // tl1b generation, 2 threads):
 // - Intel Sapphire Rapids (our 2 threads an SMT pair of one core):
 //   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%. On a later Intel
-//   Xeon with our threads on two cores (session 30) the same won or tied
+//   Xeon with our threads on two cores the same won or tied
 //   every variant: no requests -8% (Q6_K) to -24% (Q4_K_M), PREFETCHNTA
 //   -51%, T0 alone farther than 2 KB -7 to -16%. Except for Q6_K's
 //   512-bit kernel, which there reads more with the T0 request alone
-//   (prefetch_near; session 31, 16-30 rounds): generation +3.7%, its
+//   (prefetch_near; 16-30 rounds): generation +3.7%, its
 //   products alone +3.5-4.1%; T1 2 KB ahead as well +1.9%, T1 only where
 //   a 4 KB page starts +4.2%. The other types lose without their T1:
 //   Q8_0 and Q4_0 4-9%, Q3_K 5.4%, IQ4_XS 3.4%, Q4_K_M 4.2%; Q5_K level.
@@ -5234,8 +5234,8 @@ static size_t prefetch_distance(int type) {
 // (a prefetch never faults; the callers stop at about the matrix's end).
 // Where far is PREFETCH_L1_BYTES both name the same line. On Zen 4 (NTA)
 // each is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
-// every other line (session 27); on Intel (T1) T0 goes alone (Q6_K with
-// prefetch_near: T1 as well lost 1.6%, session 31). Always inlined, like
+// every other line; on Intel (T1) T0 goes alone (Q6_K with
+// prefetch_near: T1 as well lost 1.6%). Always inlined, like
 // prefetch_ahead: a call that only prefetches has no effect GCC must keep.
 // The hint is an immediate, hence the branch (the same way every time:
 // free).
@@ -5259,7 +5259,7 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 // with each sub-block, or with prefetch_burst all at the first. The burst
 // streamed more on Zen 5 (tl1b Q4_K_M +4.4% at 50 GB/s); on Zen 4 its 64
 // to 96 requests at once left the kernels waiting on memory (tl1b Q4_K_M
-// 34 tok/s with the burst, 59-63 with the requests spread; session 18).
+// 34 tok/s with the burst, 59-63 with the requests spread).
 static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
     for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
@@ -5625,7 +5625,7 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    top of vector 0, chunk 8s + 7's in the top of vector 1, and their third
    bits in bits 6 and 7 of vector 2: eight chunks in 19 operations, where
    the planes took about 36, and one stream (tl1b Q3_K_M generation +1.8%
-   at fast memory, level at slow; BENCHMARKS.md, session 22).
+   at fast memory, level at slow; BENCHMARKS.md).
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -5684,7 +5684,7 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 // The 4-bit plane's vector holding chunk c, and whether in its high
 // nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
 // sub-blocks) in its own 4 vectors, so a block is read once, in order.
-// Chunk v and v + 32 in vector v, as before session 22, read the plane
+// Chunk v and v + 32 in vector v, the layout before this one, read the plane
 // twice, its first four sub-blocks taking every line. tl1b generation
 // this way: Q4_K_M +6.4% at fast memory and about +2% at slow, Q5_K_M
 // +7% at both; prefill level.
@@ -5699,9 +5699,9 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 // block of quants is read in order, one stream, which on AMD Zen 4 the
 // hardware prefetchers follow (2 KB there; a Q6_K product read 87-94% of
 // the bandwidth at 2 KB, 71-83% two blocks ahead, 73-88% without). Q4_K
-// asks for nothing: since its 4-bit plane is read in order (session 22)
+// asks for nothing: since its 4-bit plane is read in order
 // the prefetchers keep up with it alone (tl1b Q4_K_M +6.4% at fast
-// memory, 84.5% -> 90.5% of the bandwidth; session 26); the same switch
+// memory, 84.5% -> 90.5% of the bandwidth); the same switch
 // lost 0.7-4% for Q3_K, Q5_K and Q6_K. Two planes read side by side (the
 // layouts before Q3_K's, Q5_K's and Q6_K's present ones) were two streams:
 // without requests, a Q6_K product read 32% of the bandwidth on one
@@ -5967,7 +5967,7 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
 // steps on 512 bits, sub-block j's 16 bytes in 128-bit lane j % 4 of sc[j / 4]
 // and m[j / 4]. About 26 operations a block (with taking out the lanes)
 // where one sub-block at a time took about 64: tl1b Q4_K_M generation
-// +1.5% at fast memory, level at slow (session 23).
+// +1.5% at fast memory, level at slow.
 static inline __attribute__((always_inline)) void k4_scales_all(__m512i sc[2], __m512i m[2], const unsigned char *k4) {
     __m512i a = _mm512_loadu_si512(k4), b = _mm512_loadu_si512(k4 + 64), c = _mm512_loadu_si512(k4 + 128);
     __m512i six_bits = _mm512_set1_epi8(63), low_four = _mm512_set1_epi8(15), bits_4_5 = _mm512_set1_epi8(0x30);
