@@ -39,8 +39,18 @@
 
 enum { PATH_SIZE = 1024, DETAIL_SIZE = 2048 };
 
-static int n_passed, n_failed;
+static int n_passed, n_failed, n_skipped;
+
+/* The suite's data: models and reference cases, named by their path in the
+   shared layout ("models/gguf/k256.q4_k.gguf", "reference/logits/CASE").
+   The repository holds what fits (test/data/, and models/ and tokenizer.bin
+   at its top); the shared directory (argv[1], default ../shared) holds all
+   of it and more, and is read first when it exists. Without it, a test
+   that needs a file only it holds is counted as skipped, never as passed. */
 static const char *shared = "../shared";
+static int have_shared;                  // the shared directory is there
+static char repo_root[PATH_SIZE] = ".";  // "../.." for a suite run in build/NAME/
+static char missing_data[PATH_SIZE];     // what the next failing test lacked
 // Where the shared helpers (cli, make_model, ...) put their scratch files: a
 // group running in a child process has its own (see main).
 static char tmp_dir[PATH_SIZE] = "build/tmp";
@@ -56,11 +66,23 @@ static int report(const char *name, int ok, const char *format, ...) {
         vsnprintf(detail, sizeof detail, format, args);
         va_end(args);
     }
+    if (!ok && missing_data[0]) { // the data it needs is not here: no verdict
+        printf("skip %s: needs %s, which only the shared directory holds (%s)\n", name, missing_data, shared);
+        missing_data[0] = '\0';
+        n_skipped++;
+        return 0;
+    }
+    missing_data[0] = '\0';
     printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
     fflush(stdout);
     if (ok) n_passed++;
     else n_failed++;
     return ok;
+}
+
+static void skip(const char *name, const char *why) {
+    printf("skip %s: %s\n", name, why);
+    n_skipped++;
 }
 
 // snprintf, cutting overlong text short (the tests' paths and messages are
@@ -84,9 +106,51 @@ static int set_problem(char *problem, size_t size, const char *format, ...) {
     return -1;
 }
 
-static void shared_path(char *out, const char *relative) {
-    format_text(out, PATH_SIZE, "%s/%s", shared, relative);
+static int file_exists(const char *path);
+static int dir_exists(const char *path);
+
+// The places a data path is looked up, in order; returns how many.
+static int data_roots(const char *roots[3], char repo_data[PATH_SIZE]) {
+    int n = 0;
+    if (have_shared) roots[n++] = shared;
+    format_text(repo_data, PATH_SIZE, "%s/test/data", repo_root);
+    roots[n++] = repo_data;
+    roots[n++] = repo_root;
+    return n;
 }
+
+// out = where the data file or directory `relative` is; 1 if found. When it
+// is nowhere, out names it in the first place looked, and without the
+// shared directory the next failing report() is a skip.
+static int data_path(char *out, const char *relative) {
+    const char *roots[3];
+    char repo_data[PATH_SIZE];
+    int n = data_roots(roots, repo_data);
+    for (int i = 0; i < n; i++) {
+        format_text(out, PATH_SIZE, "%s/%s", roots[i], relative);
+        if (file_exists(out) || dir_exists(out)) return 1;
+    }
+    format_text(out, PATH_SIZE, "%s/%s", roots[0], relative);
+    if (!have_shared) format_text(missing_data, sizeof missing_data, "%s", relative);
+    return 0;
+}
+
+// The directory of case `name` under the data directory dir_relative.
+static int case_path(char *out, const char *dir_relative, const char *name) {
+    char relative[PATH_SIZE];
+    format_text(relative, sizeof relative, "%s/%s", dir_relative, name);
+    return data_path(out, relative);
+}
+
+// What only the shared directory holds (too large for the repository): the
+// case directories that are enumerated, each counted as skipped without it.
+static const char *const shared_only_cases[] = {
+    "reference/gguf/g128_f16", "reference/gguf/g128_q8_0", "reference/gguf/g128_q4_0",
+    "reference/kquants/k256_mix_q2_k", "reference/kquants/k256_mix_q3_k_m", "reference/kquants/k256_mix_q5_k_m",
+    "reference/llama3_family/logits/l3tiny_q8_0_chat", "reference/llama3_family/logits/qwtiny_q8_0_chat",
+    "reference/llama3_family/logits/r256_rope_freqs", "reference/llama3_family/logits/q256_qwen2",
+};
+enum { N_SHARED_ONLY_CASES = sizeof shared_only_cases / sizeof shared_only_cases[0] };
 
 static double seconds_now(void) {
     struct timespec ts;
@@ -143,6 +207,11 @@ static int save_file(const char *path, const void *data, size_t len) {
 static int file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int dir_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 // Writes text into buf as a short printable quote: escapes, cut at ~70 bytes.
@@ -213,6 +282,41 @@ static int list_names(const char *dir, const char *suffix, int dirs_only, NameLi
     closedir(d);
     if (list->n > 0) qsort(list->names, (size_t)list->n, sizeof(char *), compare_names);
     return 0;
+}
+
+// The names under the data directory dir_relative in every place data_path
+// looks (each once, sorted; names as list_names takes them). Without the
+// shared directory, each case only it holds there is counted as skipped.
+// 0, or -1 when no place has the directory.
+static int list_data(const char *dir_relative, const char *suffix, int dirs_only, NameList *list) {
+    const char *roots[3];
+    char repo_data[PATH_SIZE], dir[PATH_SIZE];
+    int n = data_roots(roots, repo_data), found = 0;
+    list->names = NULL;
+    list->n = 0;
+    for (int r = 0; r < n; r++) {
+        NameList here;
+        format_text(dir, sizeof dir, "%s/%s", roots[r], dir_relative);
+        if (list_names(dir, suffix, dirs_only, &here) != 0) continue;
+        found = 1;
+        for (int i = 0; i < here.n; i++) {
+            int seen = 0;
+            for (int j = 0; j < list->n && !seen; j++) seen = strcmp(list->names[j], here.names[i]) == 0;
+            char **grown = seen ? NULL : realloc(list->names, (size_t)(list->n + 1) * sizeof(char *));
+            if (grown) {
+                list->names = grown;
+                list->names[list->n++] = here.names[i];
+                here.names[i] = NULL;
+            }
+        }
+        names_free(&here);
+    }
+    if (list->n > 0) qsort(list->names, (size_t)list->n, sizeof(char *), compare_names);
+    size_t len = strlen(dir_relative);
+    for (int i = 0; i < N_SHARED_ONLY_CASES && !have_shared && dirs_only; i++)
+        if (strncmp(shared_only_cases[i], dir_relative, len) == 0 && shared_only_cases[i][len] == '/')
+            skip(shared_only_cases[i], "only the shared directory holds this case");
+    return found ? 0 : -1;
 }
 
 // Starts argv (argv[0] searched in PATH unless it has a slash) with stdin
@@ -483,7 +587,7 @@ static int mkmodel_state; // 0 not built yet, 1 built, -1 failed
 static int build_mkmodel(void) {
     if (mkmodel_state != 0) return mkmodel_state > 0 ? 0 : -1;
     char source[PATH_SIZE];
-    shared_path(source, "tools/mkmodel.c");
+    format_text(source, sizeof source, "%s/tools/mkmodel.c", repo_root);
     char *argv[] = {"cc", "-O2", "-o", "build/mkmodel.tmp", source, NULL}, err_path[PATH_SIZE];
     format_text(err_path, sizeof err_path, "%s/mkmodel-cc.err", tmp_dir);
     int status = spawn(argv, NULL, err_path, 120);
@@ -519,7 +623,8 @@ static const char *read_word(const char *p, char *out, size_t size) {
 
 // Turns a model description (reference model.txt) into a checkpoint path:
 //   "mkmodel PRESET (seed N)..." or "mkmodel FILE.bin PRESET ..." -> built by mkmodel
-//   "NAME.bin ..." (also "NAME.gguf: ...")                          -> SHARED/models/*/NAME
+//   "NAME.bin ..." (also "NAME.gguf: ...")                          -> models/*/NAME (data_path)
+//   "models/DIR/NAME ..."                                           -> that data path
 // 0 ok; -1 with problem filled.
 static int resolve_model(const char *description, char *path, char *problem, size_t problem_size) {
     const char *p = description;
@@ -551,17 +656,22 @@ static int resolve_model(const char *description, char *path, char *problem, siz
     while (p[n] && !isspace((unsigned char)p[n]) && n + 1 < sizeof file) { file[n] = p[n]; n++; }
     while (n > 0 && strchr(":;,", file[n - 1])) n--;
     file[n] = '\0';
-    char models[PATH_SIZE];
-    shared_path(models, "models");
+    if (strchr(file, '/')) { // a data path of its own
+        if (data_path(path, file)) return 0;
+        format_text(problem, problem_size, "model file '%s' not found", path);
+        return -1;
+    }
     NameList dirs;
-    list_names(models, NULL, 1, &dirs);
+    list_data("models", NULL, 1, &dirs);
     int found = 0;
     for (int i = 0; i < dirs.n && !found; i++) {
-        format_text(path, PATH_SIZE, "%s/%s/%s", models, dirs.names[i], file);
-        found = file_exists(path);
+        char relative[PATH_SIZE];
+        format_text(relative, sizeof relative, "models/%s/%s", dirs.names[i], file);
+        found = data_path(path, relative);
     }
     names_free(&dirs);
-    if (!found) format_text(problem, problem_size, "model file '%s' not found under %s/*/", file, models);
+    if (!found) format_text(problem, problem_size, "model file '%s' not found under models/*/", file);
+    else missing_data[0] = '\0'; // the places looked before it was found
     return found ? 0 : -1;
 }
 
@@ -617,11 +727,12 @@ typedef struct {
 } VocabInfo;
 
 static const VocabInfo vocabularies[] = {
-    {"llama2_", "models/llama2/tokenizer.bin", 32000, "models/llama2/tokenizer.model", "mkmodel s15m (seed 1)"},
+    {"llama2_", "tokenizer.bin", 32000, "models/llama2/tokenizer.model", "mkmodel s15m (seed 1)"},
     {"tok512_", "models/stories260K/tok512.bin", 512, "models/stories260K/tok512.model", "stories260K.bin"},
-    // byte-level BPE: the vocabularies inside these models (no SentencePiece model)
-    {"llama3_", "models/gguf/l3tiny.q8_0.gguf", 128256, NULL, "models/gguf/l3tiny.q8_0.gguf"},
-    {"qwen2_", "models/gguf/qwtiny.q8_0.gguf", 151669, NULL, "models/gguf/qwtiny.q8_0.gguf"},
+    // byte-level BPE: vocabulary-only GGUF files (no SentencePiece model), which
+    // also tokenize on the command line by themselves
+    {"llama3_", "models/vocab/llama3-vocab.gguf", 128256, NULL, "models/vocab/llama3-vocab.gguf"},
+    {"qwen2_", "models/vocab/qwen2-vocab.gguf", 151669, NULL, "models/vocab/qwen2-vocab.gguf"},
 };
 
 static const VocabInfo *vocab_for(const char *file_name) {
@@ -696,7 +807,7 @@ static size_t sentencepiece_normalized(const char *text, size_t len, int remove_
 
 static int open_vocab(const VocabInfo *v, Tokenizer *tk) {
     char path[PATH_SIZE];
-    shared_path(path, v->tokenizer);
+    data_path(path, v->tokenizer);
     return tokenizer_open(tk, path, v->vocab_size);
 }
 
@@ -788,7 +899,7 @@ static void test_roundtrip_file(const char *dir, const char *inp_name) {
     Tokenizer tk;
     int remove_extra;
     if (!v) { report(name, 0, "no tokenizer is known for this file name"); return; }
-    shared_path(sp_model, v->sentencepiece_model);
+    data_path(sp_model, v->sentencepiece_model);
     if (read_remove_extra_whitespaces(sp_model, &remove_extra) != 0) {
         report(name, 0, "cannot read %s", sp_model);
         return;
@@ -943,7 +1054,7 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
 
 static void tokenizer_tests(void) {
     char dir[PATH_SIZE];
-    shared_path(dir, "reference/tokenizer");
+    data_path(dir, "reference/tokenizer");
     NameList files;
     if (list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
         report("tokenizer reference files", 0, "no .inp files in %s", dir);
@@ -1056,15 +1167,14 @@ static void run_logits_case(const char *case_dir, const char *case_name, double 
 // Every case directory under SHARED/dir_relative. GGUF cases will plug in
 // here with their own tolerance.
 static void logits_cases(const char *dir_relative, double tolerance) {
-    char dir[PATH_SIZE], case_dir[PATH_SIZE];
-    shared_path(dir, dir_relative);
+    char case_dir[PATH_SIZE];
     NameList cases;
-    if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
-        report("logits reference cases", 0, "no case directories in %s", dir);
+    if (list_data(dir_relative, NULL, 1, &cases) != 0 || cases.n == 0) {
+        report("logits reference cases", 0, "no case directories in %s", dir_relative);
         return;
     }
     for (int i = 0; i < cases.n; i++) {
-        format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
+        case_path(case_dir, dir_relative, cases.names[i]);
         run_logits_case(case_dir, cases.names[i], tolerance);
     }
     names_free(&cases);
@@ -1389,7 +1499,7 @@ static void forward_tests(void) {
     logits_cases("reference/logits", 1e-4);
     test_extra_shapes();
     char path[PATH_SIZE];
-    shared_path(path, "models/stories260K/stories260K.bin");
+    data_path(path, "models/stories260K/stories260K.bin");
     test_v1_same_as_v0(path, "stories260K");
     char gqa[PATH_SIZE];
     if (make_model(extra_shapes[0][0], extra_shapes[0] + 1, gqa) == 0) test_v1_same_as_v0(gqa, extra_shapes[0][0]);
@@ -2609,8 +2719,8 @@ static void test_batched_prefill(const char *path, const char *label) {
 // wrong cache (a mixed-up position or head) would be off by far more.
 static void test_kv_f16(void) {
     char case_dir[PATH_SIZE], model[PATH_SIZE];
-    shared_path(case_dir, "reference/logits/stories260K_story");
-    shared_path(model, "models/stories260K/stories260K.bin");
+    data_path(case_dir, "reference/logits/stories260K_story");
+    data_path(model, "models/stories260K/stories260K.bin");
     Transformer t;
     LogitsCase c;
     char problem[256] = "";
@@ -2662,7 +2772,9 @@ static void test_f16_conversions(void) {
 static void quantize_like_llama_cpp(const char *gguf_name, const char *const *args, int dtype) {
     char name[160], source[PATH_SIZE], gguf_path[PATH_SIZE], out[PATH_SIZE], label[64];
     format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s), every tensor", dtype_name(dtype), gguf_name);
-    format_text(gguf_path, sizeof gguf_path, "%s/models/gguf/%s", shared, gguf_name);
+    char relative[PATH_SIZE];
+    format_text(relative, sizeof relative, "models/gguf/%s", gguf_name);
+    data_path(gguf_path, relative);
     format_text(label, sizeof label, "from-%s", gguf_name);
     if (make_model(label, args, source) != 0) { report(name, 0, "mkmodel failed"); return; }
     format_text(out, sizeof out, "build/tmp/%s.%s.bin", gguf_name, dtype_name(dtype));
@@ -2691,10 +2803,13 @@ static void quantize_like_llama_cpp(const char *gguf_name, const char *const *ar
 // The same for a case of reference/gguf: its model.txt says "FILE.gguf:
 // mkmodel g128.bin ARGS..., converted by ...".
 static void test_quantize_like_llama_cpp(const char *case_name, int type) {
-    char desc_path[PATH_SIZE], file[128], args_text[256] = "", *args[16];
-    format_text(desc_path, sizeof desc_path, "%s/reference/gguf/%s/model.txt", shared, case_name);
+    char desc_path[PATH_SIZE], file[128], args_text[256] = "", *args[16], relative[PATH_SIZE];
+    format_text(relative, sizeof relative, "reference/gguf/%s/model.txt", case_name);
+    data_path(desc_path, relative);
     Bytes desc = {0};
-    if (load_file(desc_path, &desc) != 0) { report(desc_path, 0, "cannot read it"); return; }
+    char name[160];
+    format_text(name, sizeof name, "-m quantize %s == llama-quantize's blocks (%s)", dtype_name(type), case_name);
+    if (load_file(desc_path, &desc) != 0) { report(name, 0, "cannot read %s", desc_path); return; }
     const char *colon = memchr(desc.data, ':', desc.len), *mk = colon ? strstr(colon, "mkmodel ") : NULL;
     int n_args = 0;
     if (mk) {
@@ -2705,7 +2820,7 @@ static void test_quantize_like_llama_cpp(const char *case_name, int type) {
     args[n_args] = NULL;
     format_text(file, sizeof file, "%.*s", colon ? (int)(colon - (const char *)desc.data) : 0, (const char *)desc.data);
     bytes_free(&desc);
-    if (n_args < 3) { report(desc_path, 0, "model.txt names no mkmodel command"); return; }
+    if (n_args < 3) { report(name, 0, "%s names no mkmodel command", desc_path); return; }
     quantize_like_llama_cpp(file, (const char *const *)args + 2, type);
 }
 
@@ -2888,16 +3003,16 @@ static void test_quantized_quality(void) {
                          {.type = TYPE_Q4_K, .min_top1 = 0.85, .max_error = 0.8},
                          {.type = DTYPE_Q4_K_M, .min_top1 = 0.85, .max_error = 0.8}};
     int n_runs = (int)(sizeof runs / sizeof runs[0]);
-    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], previous[PATH_SIZE] = "", name[160];
-    shared_path(dir, "reference/logits");
+    const char *dir = "reference/logits";
+    char case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], previous[PATH_SIZE] = "", name[160];
     NameList cases;
-    int listed = list_names(dir, NULL, 1, &cases) == 0 && cases.n > 0, n_cases = listed ? cases.n : 0;
+    int listed = list_data(dir, NULL, 1, &cases) == 0 && cases.n > 0, n_cases = listed ? cases.n : 0;
     if (!listed)
         for (int r = 0; r < n_runs; r++) set_problem(runs[r].problem, sizeof runs[r].problem, "no cases in %s", dir);
     for (int i = 0; i < n_cases; i++) {
         char problem[256] = "";
         Bytes description;
-        format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
+        case_path(case_dir, dir, cases.names[i]);
         format_text(path, sizeof path, "%s/model.txt", case_dir);
         int err = load_file(path, &description) != 0 ? set_problem(problem, sizeof problem, "cannot read %s", path) : 0;
         if (!err) {
@@ -2953,19 +3068,21 @@ static void kernel_tests(void) {
     test_shared_products();
     test_packed_extremes();
     char path[PATH_SIZE];
-    shared_path(path, "models/stories260K/stories260K.bin");
+    data_path(path, "models/stories260K/stories260K.bin");
     test_batched_prefill(path, "stories260K");
     if (make_model(extra_shapes[0][0], extra_shapes[0] + 1, path) == 0) test_batched_prefill(path, extra_shapes[0][0]);
     else report("forward_batch == forward, GQA unshared model", 0, "mkmodel failed");
-    shared_path(path, "models/gguf/g128.q8_0.gguf"); // packed Q8_0: prefill tiles against generation's kernel
-    test_batched_prefill(path, "g128 Q8_0 GGUF");
-    shared_path(path, "models/gguf/g128.q4_0.gguf");
-    test_batched_prefill(path, "g128 Q4_0 GGUF");
-    shared_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
+    data_path(path, "models/gguf/g128s.q8_0.gguf"); // packed Q8_0: prefill tiles against generation's kernel
+    test_batched_prefill(path, "g128s Q8_0 GGUF");
+    data_path(path, "models/gguf/g128s.q4_0.gguf");
+    test_batched_prefill(path, "g128s Q4_0 GGUF");
+    data_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
     test_batched_prefill(path, "k256 Q4_K_M GGUF");
     test_bench_weight_bytes(path, "k256 Q4_K_M");
     test_kv_f16();
     test_f16_conversions();
+    test_quantize_like_llama_cpp("g128s_q8_0", TYPE_Q8_0);
+    test_quantize_like_llama_cpp("g128s_q4_0", TYPE_Q4_0);
     test_quantize_like_llama_cpp("g128_q8_0", TYPE_Q8_0);
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
     test_quantize_like_llama_cpp_k256();
@@ -3215,8 +3332,8 @@ typedef struct {
 
 static int stories_open(Stories *st, char *problem, size_t size) {
     char model[PATH_SIZE], tok[PATH_SIZE];
-    shared_path(model, "models/stories260K/stories260K.bin");
-    shared_path(tok, "models/stories260K/tok512.bin");
+    data_path(model, "models/stories260K/stories260K.bin");
+    data_path(tok, "models/stories260K/tok512.bin");
     st->open = 0;
     if (transformer_open(&st->t, model) != 0) return set_problem(problem, size, "%s", error_message);
     if (tokenizer_open(&st->tk, tok, st->t.config.vocab_size) != 0) {
@@ -3258,7 +3375,7 @@ static char *generate_text(const char *prompt, int steps, SamplerParams params, 
 static void test_greedy_generation(void) {
     const char *name = "generate: greedy 200 steps == reference/stories260K_greedy_t0_n200.txt";
     char path[PATH_SIZE], problem[512] = "", got[256], want[256];
-    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    data_path(path, "reference/stories260K_greedy_t0_n200.txt");
     Bytes expect;
     if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
     size_t len, short_len;
@@ -3418,7 +3535,7 @@ typedef struct {
 static void test_cli_greedy(const CliFiles *f) {
     const char *name = "cli: -t 0 -n 200 prints the reference greedy text";
     char path[PATH_SIZE], got[256], status[64];
-    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    data_path(path, "reference/stories260K_greedy_t0_n200.txt");
     Bytes expect;
     if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
     CliResult r;
@@ -3562,7 +3679,7 @@ static int cli_tokenize_file(const char *dir, const char *inp_name) {
     Transformer t;
     if (!v || load_inp_cases(inp, &cases) != 0) return 0; // reported by the tokenizer tests
     if (load_lines(out, &lines) != 0 || lines.n != cases.n) { pieces_free(&cases); return 0; }
-    shared_path(tok, v->tokenizer);
+    data_path(tok, v->tokenizer);
     int taken = 0;
     if (resolve_model(v->model, model, problem, sizeof problem) != 0) {
         report("cli: -m tokenize fixture", 0, "%s", problem);
@@ -3591,7 +3708,7 @@ static int cli_tokenize_file(const char *dir, const char *inp_name) {
 
 static void test_cli_tokenize(void) {
     char dir[PATH_SIZE];
-    shared_path(dir, "reference/tokenizer");
+    data_path(dir, "reference/tokenizer");
     NameList files;
     list_names(dir, ".inp", 0, &files);
     int tested = 0;
@@ -3638,14 +3755,15 @@ static int cli_logits_error(const char *model, const char *case_dir, int vocab, 
 
 // "-m logits" on the reference case with the fewest ids.
 static void test_cli_logits(void) {
-    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], problem[512] = "";
-    shared_path(dir, "reference/logits");
+    const char *dir = "reference/logits";
+    char case_dir[PATH_SIZE], path[PATH_SIZE], model[PATH_SIZE], problem[512] = "";
     NameList cases;
-    list_names(dir, NULL, 1, &cases);
+    list_data(dir, NULL, 1, &cases);
     int best = -1, best_n = 0;
     for (int i = 0; i < cases.n; i++) {
         int *ids, n;
-        format_text(path, sizeof path, "%s/%s/ids.txt", dir, cases.names[i]);
+        case_path(case_dir, dir, cases.names[i]);
+        format_text(path, sizeof path, "%s/ids.txt", case_dir);
         if (load_ints(path, &ids, &n) != 0) continue;
         if (best < 0 || n < best_n) { best = i; best_n = n; }
         free(ids);
@@ -3653,7 +3771,7 @@ static void test_cli_logits(void) {
     if (best < 0) { report("cli: -m logits", 0, "no readable case in %s", dir); names_free(&cases); return; }
     char name[256];
     format_text(name, sizeof name, "cli: -m logits -f ids -o file, case %s", cases.names[best]);
-    format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[best]);
+    case_path(case_dir, dir, cases.names[best]);
     format_text(path, sizeof path, "%s/model.txt", case_dir);
     Bytes description;
     Transformer t;
@@ -4022,9 +4140,9 @@ static int cli_files_init(CliFiles *f, const char *name) {
         report(name, 0, "%s is missing: build it first (make run); run the tests from the repository root", run_binary());
         return -1;
     }
-    shared_path(f->stories, "models/stories260K/stories260K.bin");
-    shared_path(f->tok512, "models/stories260K/tok512.bin");
-    shared_path(f->llama_tok, "models/llama2/tokenizer.bin");
+    data_path(f->stories, "models/stories260K/stories260K.bin");
+    data_path(f->tok512, "models/stories260K/tok512.bin");
+    data_path(f->llama_tok, "tokenizer.bin");
     if (resolve_model("mkmodel s15m (seed 1)", f->s15m, problem, sizeof problem) != 0) {
         report(name, 0, "%s", problem);
         return -1;
@@ -4418,7 +4536,7 @@ static void test_newline_before_timing(const CliFiles *f) {
 // The "-n is more than the context" notice only for a -n that was typed.
 static void test_notice_only_for_given_n(void) {
     char model[PATH_SIZE], status[64], got[256];
-    shared_path(model, "models/gguf/g128.q8_0.gguf"); // context 128, less than -n's default 256
+    data_path(model, "models/gguf/g128s.q8_0.gguf"); // context 128, less than -n's default 256
     CliResult r;
     cli(&r, model, "-t", "0", NULL);
     report("cli: no notice about a -n nobody typed (default 256 over a context of 128)",
@@ -4711,7 +4829,7 @@ static void test_fifo_inputs(const CliFiles *f) {
 // it is, with the command that converts or uses it.
 static void test_foreign_models(const CliFiles *f) {
     char sp_model[PATH_SIZE];
-    shared_path(sp_model, "models/stories260K/tok512.model");
+    data_path(sp_model, "models/stories260K/tok512.model");
     static const unsigned char zip[] = "PK\x03\x04\x14\x00\x00\x00\x08\x00 a PyTorch archive";
     static const unsigned char ak42[] = "24ka\x02\x00\x00\x00 version 2 header ........";
     static const unsigned char safetensors[] = "\x1c\x00\x00\x00\x00\x00\x00\x00{\"__metadata__\":{\"a\":\"b\"}} ";
@@ -4861,7 +4979,31 @@ static void test_long_names(const CliFiles *f) {
     cli_free(&r);
 }
 
+// A long load's progress: nothing in its first second, nothing off a
+// terminal; then "run: WHAT " and dots up to 40, " done" at the end.
+static void test_progress(void) {
+    const char *name = "loading progress: 40 dots and done after the first second, on a terminal only";
+    FILE *f = tmpfile();
+    if (!f) { report(name, 0, "no temporary file"); return; }
+    Progress quick = {f, 1, now_seconds(), 0, 0}, piped = {f, 0, now_seconds() - 5, 0, 0};
+    Progress slow = {f, 1, now_seconds() - 5, 0, 0};
+    for (size_t done = 10; done <= 100; done += 45) {
+        progress_show(&quick, "loading m", done, 100);
+        progress_show(&piped, "loading m", done, 100);
+        progress_show(&slow, "loading m", done, 100);
+    }
+    char got[128] = "", want[128], shown[160];
+    rewind(f);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    format_text(want, sizeof want, "run: loading m %.40s done\n",
+                "........................................");
+    report(name, !strcmp(got, want), "wrote %s", quoted(got, n, shown, sizeof shown));
+}
+
 static void new_user_tests(void) {
+    test_progress();
     CliFiles f;
     if (cli_files_init(&f, "first runs: fixtures") != 0) return;
     test_newline_before_timing(&f);
@@ -4944,7 +5086,7 @@ static void check_chat_row(const char *name, const CliFiles *f, const char *syst
 // Every row of reference/chat/llama2_chat.tsv (system, user, ids).
 static void test_chat_rendering(const CliFiles *f) {
     char path[PATH_SIZE];
-    shared_path(path, "reference/chat/llama2_chat.tsv");
+    data_path(path, "reference/chat/llama2_chat.tsv");
     Pieces lines;
     if (load_lines(path, &lines) != 0 || lines.n == 0) {
         report("chat: rendering == reference/chat/llama2_chat.tsv", 0, "cannot read %s", path);
@@ -5500,15 +5642,14 @@ static double gguf_tolerance(const char *file_name) {
 // Every case of SHARED/dir_relative (reference/gguf, reference/kquants),
 // within its file type's tolerance.
 static void test_gguf_logits(const char *dir_relative) {
-    char dir[PATH_SIZE], case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
-    shared_path(dir, dir_relative);
+    char case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
     NameList cases;
-    if (list_names(dir, NULL, 1, &cases) != 0 || cases.n == 0) {
-        report("logits: GGUF reference cases", 0, "no case directories in %s", dir);
+    if (list_data(dir_relative, NULL, 1, &cases) != 0 || cases.n == 0) {
+        report("logits: GGUF reference cases", 0, "no case directories in %s", dir_relative);
         return;
     }
     for (int i = 0; i < cases.n; i++) {
-        format_text(case_dir, sizeof case_dir, "%s/%s", dir, cases.names[i]);
+        case_path(case_dir, dir_relative, cases.names[i]);
         format_text(path, sizeof path, "%s/model.txt", case_dir);
         Bytes description;
         double tolerance = -1;
@@ -5576,8 +5717,8 @@ static void test_gguf_vocab_cli(const CliFiles *f, const char *dir, const char *
 // read by tokenizer_open and given to ./run with -z.
 static void test_gguf_vocab(const CliFiles *f) {
     char dir[PATH_SIZE], vocab[PATH_SIZE];
-    shared_path(dir, "reference/tokenizer");
-    shared_path(vocab, "models/gguf/ggml-vocab-llama-spm.gguf");
+    data_path(dir, "reference/tokenizer");
+    data_path(vocab, "models/gguf/ggml-vocab-llama-spm.gguf");
     NameList files;
     list_names(dir, ".inp", 0, &files);
     int tested = 0;
@@ -5596,8 +5737,8 @@ static void test_gguf_vocab(const CliFiles *f) {
 static void test_gguf_greedy(void) {
     const char *name = "cli: stories260K_f32.gguf -t 0 -n 200 (no -z) prints the reference greedy text";
     char model[PATH_SIZE], path[PATH_SIZE], status[64], got[256];
-    shared_path(model, "models/gguf/stories260K_f32.gguf");
-    shared_path(path, "reference/stories260K_greedy_t0_n200.txt");
+    data_path(model, "models/gguf/stories260K_f32.gguf");
+    data_path(path, "reference/stories260K_greedy_t0_n200.txt");
     Bytes expect;
     if (load_file(path, &expect) != 0) { report(name, 0, "cannot read %s", path); return; }
     CliResult r;
@@ -5615,7 +5756,7 @@ static void test_gguf_greedy(void) {
 static void test_gguf_tiny_random(void) {
     const char *name = "cli: llama-2-tiny-random.gguf loads and generates";
     char model[PATH_SIZE], status[64], got[256], err[256];
-    shared_path(model, "models/gguf/llama-2-tiny-random.gguf");
+    data_path(model, "models/gguf/llama-2-tiny-random.gguf");
     remove(CHAT_TRACE);
     CliResult r;
     cli(&r, model, "-t", "0", "-n", "24", "--trace", CHAT_TRACE, NULL);
@@ -6119,8 +6260,8 @@ static void test_gguf_damage(const Buffer *good, const GgufMarks *m, uint32_t al
         cli_free(&r);
         if (damage[i].word && !strcmp(damage[i].word, "IQ2_XXS")) { // a type run.c does not compute with
             char model[PATH_SIZE], tok512[PATH_SIZE];
-            shared_path(model, "models/stories260K/stories260K.bin");
-            shared_path(tok512, "models/stories260K/tok512.bin");
+            data_path(model, "models/stories260K/stories260K.bin");
+            data_path(tok512, "models/stories260K/tok512.bin");
             CliResult a, b;
             cli(&a, model, "-z", path, "-m", "tokenize", "-i", "Once upon a time", NULL);
             cli(&b, model, "-z", tok512, "-m", "tokenize", "-i", "Once upon a time", NULL);
@@ -6164,7 +6305,7 @@ static void test_gguf_foreign(const char *v0_path, const GgufVocab *vocab) {
         cli_free(&r);
     }
     char vocab_only[PATH_SIZE];
-    shared_path(vocab_only, "models/gguf/ggml-vocab-llama-spm.gguf");
+    data_path(vocab_only, "models/gguf/ggml-vocab-llama-spm.gguf");
     CliResult r;
     cli(&r, vocab_only, "-m", "logits", "-f", "build/tmp/ids3.txt", "-o", "build/tmp/bad-out.f32", NULL);
     expect_refusal("bad GGUF: a vocabulary-only file as the model", vocab_only, NULL, &r);
@@ -6221,8 +6362,80 @@ static void gguf_tests(void) {
 }
 
 /* ============================================================================
-   Llama 3 family: byte-level BPE tokenizers (the vocabularies inside
-   l3tiny.q8_0.gguf and qwtiny.q8_0.gguf) */
+   Models around vocabulary-only files: the real Llama 3 and Qwen
+   vocabularies (models/vocab/) with random weights, for the tests that run
+   a model of those vocabularies (chat templates, end of generation). */
+
+// The metadata of a vocabulary-only GGUF file as it is (its shape keys
+// included), then the F32 tensors of a version 0 checkpoint of that shape.
+static int gguf_around_vocab(const char *vocab_path, const char *v0_path, const char *out_path) {
+    Bytes vf, v0;
+    if (load_file(vocab_path, &vf) != 0) return -1;
+    if (load_file(v0_path, &v0) != 0) { bytes_free(&vf); return -1; }
+    Gguf g;
+    Shape s;
+    Span spans[N_TENSORS];
+    GgufTensorOut t[MAX_GGUF_TENSORS];
+    int n = -1, ok = 0;
+    if (gguf_parse(&g, (const unsigned char *)vf.data, vf.len, vocab_path) == 0) {
+        const GgufValue *last = &g.values[g.n_values - 1];
+        Cursor c = {last->value, (const unsigned char *)vf.data + vf.len};
+        if (g.n_tensors == 0 && g.n_values > 0 && skip_value(&c, last->type, 0) == 0 && !gguf_find(&g, "general.alignment"))
+            n = v0_layout(&v0, &s, spans) == 0 ? v0_tensors(&v0, &s, spans, t) : -1;
+        Buffer out = {0};
+        if (n > 0) {
+            buffer_add(&out, "GGUF", 4);
+            buffer_le(&out, 3, 4);
+            buffer_le(&out, (uint64_t)n, 8);
+            buffer_le(&out, g.n_values, 8);
+            buffer_add(&out, vf.data + 24, (size_t)(c.p - (const unsigned char *)vf.data) - 24);
+            uint64_t offset = 0;
+            for (int i = 0; i < n; i++) {
+                buffer_string(&out, t[i].name, strlen(t[i].name));
+                buffer_le(&out, (uint64_t)t[i].n_dims, 4);
+                for (int d = 0; d < t[i].n_dims; d++) buffer_le(&out, t[i].dims[d], 8);
+                buffer_le(&out, 0, 4); // F32
+                buffer_le(&out, offset, 8);
+                offset = round_up(offset + t[i].dims[0] * t[i].dims[1] * sizeof(float), 32);
+            }
+            for (int i = 0; i < n; i++) {
+                buffer_zeros(&out, round_up(out.len, 32) - out.len);
+                buffer_add(&out, t[i].data, t[i].dims[0] * t[i].dims[1] * sizeof(float));
+            }
+            ok = save_file(out_path, out.data, out.len) == 0;
+        }
+        free(out.data);
+        gguf_free(&g);
+    }
+    bytes_free(&vf);
+    bytes_free(&v0);
+    return ok ? 0 : -1;
+}
+
+// build/models/NAME.gguf: the vocabulary of "llama3" or "qwen2" with random
+// weights of the shape its file's metadata gives (dim 64, 2 layers).
+static int vocab_model(const char *vocab_name, char *path) {
+    static const struct { const char *name, *vocab; const char *args[10]; } models[] = {
+        {"llama3", "models/vocab/llama3-vocab.gguf", {"64", "192", "2", "4", "2", "128256", "512", "--seed", "41", NULL}},
+        {"qwen2", "models/vocab/qwen2-vocab.gguf", {"64", "192", "2", "4", "2", "151669", "512", "--seed", "43", NULL}},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        if (strcmp(models[i].name, vocab_name) != 0) continue;
+        char vocab[PATH_SIZE], v0[PATH_SIZE], label[64];
+        format_text(path, PATH_SIZE, "build/models/%s-random.gguf", vocab_name);
+        if (file_exists(path)) return 0;
+        format_text(label, sizeof label, "%s-random", vocab_name);
+        if (!data_path(vocab, models[i].vocab) || make_model(label, models[i].args, v0) != 0) return -1;
+        int err = gguf_around_vocab(vocab, v0, path);
+        remove(v0);
+        return err;
+    }
+    return -1;
+}
+
+/* ============================================================================
+   Llama 3 family: byte-level BPE tokenizers (the vocabulary-only files
+   models/vocab/llama3-vocab.gguf and qwen2-vocab.gguf) */
 
 // Encoding each case of a byte-level BPE .inp file gives plain tokens only
 // (no control token) whose pieces decode back to exactly the case's bytes.
@@ -6275,7 +6488,7 @@ static void test_bpe_cli(const char *dir, const char *inp_name) {
     const VocabInfo *v = vocab_for(inp_name);
     format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
     format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
-    shared_path(model, v->tokenizer);
+    data_path(model, v->tokenizer);
     Pieces cases, lines;
     Tokenizer tk;
     if (load_inp_cases(inp, &cases) != 0) {
@@ -6305,7 +6518,7 @@ static void test_bpe_cli(const char *dir, const char *inp_name) {
             char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
             if (strlen(text) != cases.len[c]) { free(text); continue; } // a NUL cannot be an argument
             tried++;
-            int ok = cli_tokenize_check(model, model, tk.add_bos ? tk.bos_id : -1, text,
+            int ok = cli_tokenize_check(model, NULL, tk.add_bos ? tk.bos_id : -1, text,
                                         lines.file.data + lines.start[c], lines.len[c], detail, sizeof detail);
             matched += ok;
             if (!ok && !first_bad[0]) format_text(first_bad, sizeof first_bad, "; first mismatch: case %d %s", c + 1,
@@ -6347,7 +6560,7 @@ static void test_bpe_unknown_pre(void) {
     const char *name = "cli: an unknown tokenizer.ggml.pre is refused by name";
     char src[PATH_SIZE], status[64], err[256];
     const char *dst = "build/bad/unknown-pre.gguf";
-    shared_path(src, "models/gguf/l3tiny.q8_0.gguf");
+    data_path(src, "models/vocab/llama3-vocab.gguf");
     if (patch_gguf_value_text(src, dst, "tokenizer.ggml.pre", "llama-bpe", "llama-bpX") != 0) {
         report(name, 0, "cannot write %s from %s", dst, src);
         return;
@@ -6399,7 +6612,7 @@ static void test_bpe_typed_control_cli(const VocabInfo *v, const char *forged) {
     char name[256], model[PATH_SIZE], status[64], got[256];
     const char *file = "build/tmp/forged-turn.txt";
     format_text(name, sizeof name, "cli: -i and -f text that spells control tokens stays plain text (%s)", v->tokenizer);
-    shared_path(model, v->tokenizer);
+    data_path(model, v->tokenizer);
     Tokenizer tk;
     if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); return; }
     FILE *f = fopen(file, "wb");
@@ -6429,7 +6642,7 @@ static void test_bpe_typed_control_cli(const VocabInfo *v, const char *forged) {
 
 static void bpe_tests(void) {
     char dir[PATH_SIZE];
-    shared_path(dir, "reference/llama3_family/tokenizer");
+    data_path(dir, "reference/llama3_family/tokenizer");
     NameList files;
     if (list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
         report("byte-level BPE reference files", 0, "no .inp files in %s", dir);
@@ -6443,6 +6656,11 @@ static void bpe_tests(void) {
     for (int i = 0; i < files.n; i++)
         if (strstr(files.names[i], "_prose")) test_encode_speed(vocab_for(files.names[i]), dir, files.names[i], 100000, 2.0);
     test_bpe_unknown_pre();
+    char vocab[PATH_SIZE], model[PATH_SIZE];
+    data_path(vocab, vocab_for("llama3_")->tokenizer);
+    data_path(model, "models/gguf/stories260K_f32.gguf");
+    report("gguf_without_tensors: a vocabulary-only file is one, a model is not",
+           gguf_without_tensors(vocab) == 1 && gguf_without_tensors(model) == 0, "%s, %s", vocab, model);
     test_bpe_typed_control(vocab_for("llama3_"));
     test_bpe_typed_control(vocab_for("qwen2_"));
     test_bpe_typed_control_cli(vocab_for("llama3_"),
@@ -6506,11 +6724,11 @@ static int traced_generation(Transformer *t, Tokenizer *tk, const char *prompt, 
 // (Sampled with a fixed seed: greedy decoding of random weights repeats one
 // token.)
 static void test_generation_stops_at_eog(void) {
-    const char *name = "generate: stops at the first end-of-generation token (l3tiny, -t 1 -s 7)";
+    const char *name = "generate: stops at the first end-of-generation token (Llama 3 vocabulary, -t 1 -s 7)";
     char model[PATH_SIZE], got[256], want[256];
-    shared_path(model, "models/gguf/l3tiny.q8_0.gguf");
     Transformer t;
     Tokenizer tk;
+    if (vocab_model("llama3", model) != 0) { report(name, 0, "cannot make %s", model); return; }
     if (transformer_open(&t, model) != 0 || tokenizer_open(&tk, model, t.config.vocab_size) != 0) {
         report(name, 0, "%s", error_message);
         return;
@@ -6597,7 +6815,7 @@ static void test_rope_linear(void) {
     const char *name = "RoPE: rope.scaling.type linear, factor 4 == every rope_freqs factor 4 (q256)";
     char src[PATH_SIZE], status[64], err[256];
     const char *linear = "build/tmp/q256-linear.gguf", *yarn = "build/bad/q256-yarn.gguf";
-    shared_path(src, "models/gguf/q256.f32.gguf");
+    data_path(src, "models/gguf/q64.f32.gguf");
     Transformer a, b;
     GgufEntry linear_4[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "linear", 0}, {"qwen2.rope.scaling.factor", GGUF_F32, NULL, 4}};
     if (add_gguf_values(src, linear, linear_4, 2) != 0 ||
@@ -6666,7 +6884,7 @@ static int patch_gguf(const char *src, const char *dst, const char *from, const 
 // the classifier renamed, which used to fall back to the embedding).
 static void test_gguf_not_computed(void) {
     char src[PATH_SIZE];
-    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    data_path(src, "models/gguf/stories260K_f32.gguf");
     static const struct { const char *label, *key, *word; uint32_t type, value; const char *from, *to; } cases[] = {
         {"part 1 of a split model", "split.count", "llama-gguf-split", GGUF_U32, 2, NULL, NULL},
         {"a mixture of experts", "llama.expert_count", "mixture-of-experts", GGUF_U32, 8, NULL, NULL},
@@ -6703,7 +6921,7 @@ static void test_gguf_not_computed(void) {
 // directory) is an error, not the end of the chat.
 static void test_chat_formats_refused(const CliFiles *f) {
     char src[PATH_SIZE], status[64], err[256];
-    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    data_path(src, "models/gguf/stories260K_f32.gguf");
     const char *inst = "build/bad/inst-control.gguf", *v7 = "build/bad/v7-template.gguf";
     int made = patch_gguf(src, inst, "<0x00>", "[INST]", NULL, 0) == 0;
     Bytes file = {0};
@@ -6746,7 +6964,7 @@ static void test_chat_formats_refused(const CliFiles *f) {
 // checkpoint (which never has one).
 static void test_no_template_notice(const CliFiles *f) {
     char k256[PATH_SIZE], status[64], got[256];
-    shared_path(k256, "models/gguf/k256.q4_k.gguf");
+    data_path(k256, "models/gguf/k256.q4_k.gguf");
     CliResult a, b, c;
     cli_input(&a, "/dev/null", k256, "-m", "chat", "-y", "", "-i", "Hi", "-n", "2", NULL);
     cli_input(&b, "/dev/null", k256, "-m", "chat", "--chat-template", "llama2", "-y", "", "-i", "Hi", "-n", "2", NULL);
@@ -6765,7 +6983,7 @@ static void test_no_template_notice(const CliFiles *f) {
 // none scales nothing, whatever the factor.
 static void test_rope_scaling_keys(void) {
     char src[PATH_SIZE];
-    shared_path(src, "models/gguf/stories260K_f32.gguf");
+    data_path(src, "models/gguf/stories260K_f32.gguf");
     static const struct { const char *label, *type, *factor_key; float want; } cases[] = {
         {"rope.scaling.factor 4 without a type", NULL, "llama.rope.scaling.factor", 0.25f},
         {"type linear with the older rope.scale_linear 4", "linear", "llama.rope.scale_linear", 0.25f},
@@ -6794,10 +7012,10 @@ static void rope_tests(void) {
     if (cli_files_init(&f, "chat: fixtures") == 0) test_chat_formats_refused(&f), test_no_template_notice(&f);
     test_rope_scaling_keys();
     test_gguf_logits("reference/llama3_family/logits");
-    shared_path(r256, "models/gguf/r256.f32.gguf");
-    shared_path(q256, "models/gguf/q256.f32.gguf");
-    test_batched_prefill(r256, "r256.f32.gguf (rope_freqs)");
-    test_batched_prefill(q256, "q256.f32.gguf (qwen2: biases, NEOX RoPE)");
+    data_path(r256, "models/gguf/r64.f32.gguf");
+    data_path(q256, "models/gguf/q64.f32.gguf");
+    test_batched_prefill(r256, "r64.f32.gguf (rope_freqs)");
+    test_batched_prefill(q256, "q64.f32.gguf (qwen2: biases, NEOX RoPE)");
     test_rope_linear();
     const char *out = "build/tmp/q256-quantized.bin";
     for (int i = 0; i < 2; i++) { // run.c's format cannot hold them: refused, nothing written
@@ -6817,19 +7035,20 @@ static void rope_tests(void) {
 // with BOS or without (Qwen 2 adds none: its first token is text), and
 // SentencePiece's first piece without its leading space.
 static void test_generate_echoes_prompt(void) {
-    static const char *const cases[][3] = { // model, tokenizer (NULL: its own), prompt
+    static const char *const cases[][3] = { // model (a data path or a vocab_model), tokenizer (NULL: its own), prompt
         {"models/stories260K/stories260K.bin", "models/stories260K/tok512.bin", "Once upon a time, Lily"},
-        {"models/gguf/l3tiny.q8_0.gguf", NULL, "Hello world, this is"},
-        {"models/gguf/qwtiny.q8_0.gguf", NULL, "Hello world, this is"},
-        {"models/gguf/qwtiny.q8_0.gguf", NULL, "Hi"},
+        {"llama3", NULL, "Hello world, this is"},
+        {"qwen2", NULL, "Hello world, this is"},
+        {"qwen2", NULL, "Hi"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[160], model[PATH_SIZE], tok[PATH_SIZE], status[64], got[256];
         format_text(name, sizeof name, "cli: generate echoes the prompt \"%s\" whole (%s)", cases[i][2], cases[i][0]);
-        shared_path(model, cases[i][0]);
+        if (strchr(cases[i][0], '/')) data_path(model, cases[i][0]);
+        else if (vocab_model(cases[i][0], model) != 0) { report(name, 0, "cannot make %s", model); continue; }
         CliResult r;
         if (cases[i][1]) {
-            shared_path(tok, cases[i][1]);
+            data_path(tok, cases[i][1]);
             cli(&r, model, "-z", tok, "-i", cases[i][2], "-n", "12", "-t", "0", NULL);
         } else {
             cli(&r, model, "-i", cases[i][2], "-n", "12", "-t", "0", NULL);
@@ -6844,9 +7063,9 @@ static void test_generate_echoes_prompt(void) {
 // Without BOS an empty prompt leaves nothing to run: refused in one line
 // that says what to give, exit 1, nothing generated.
 static void test_generate_empty_prompt_no_bos(void) {
-    const char *name = "cli: generate with an empty prompt on a model without BOS (qwtiny) is refused, naming -i";
+    const char *name = "cli: generate with an empty prompt on a model without BOS (Qwen vocabulary) is refused, naming -i";
     char model[PATH_SIZE], status[64], err[256];
-    shared_path(model, "models/gguf/qwtiny.q8_0.gguf");
+    if (vocab_model("qwen2", model) != 0) { report(name, 0, "cannot make %s", model); return; }
     CliResult r;
     cli(&r, model, "-n", "5", "-t", "0", NULL);
     report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, "-i"),
@@ -6877,7 +7096,7 @@ static void eog_tests(void) {
 static void test_chat_conversations(const char *tsv, const char *model, const char *tokenizer, const int *end,
                                     int n_end, const char *template) {
     char path[PATH_SIZE], name[256], status[64], err[256], comparison[1024];
-    shared_path(path, tsv);
+    data_path(path, tsv);
     Pieces lines;
     if (load_lines(path, &lines) != 0 || lines.n == 0) { report(tsv, 0, "cannot read %s", path); return; }
     for (int row = 0; row < lines.n;) {
@@ -7053,8 +7272,10 @@ static void template_tests(void) {
     char l3tiny[PATH_SIZE], qwtiny[PATH_SIZE];
     CliFiles f;
     if (cli_files_init(&f, "chat templates: fixtures") != 0) return;
-    shared_path(l3tiny, "models/gguf/l3tiny.q8_0.gguf");
-    shared_path(qwtiny, "models/gguf/qwtiny.q8_0.gguf");
+    if (vocab_model("llama3", l3tiny) != 0 || vocab_model("qwen2", qwtiny) != 0) {
+        report("chat templates: models of the Llama 3 and Qwen vocabularies", 0, "cannot make %s or %s", l3tiny, qwtiny);
+        return;
+    }
     int llama3_end[] = {128009}, chatml_end[] = {151645, 198}, llama2_end[] = {2};
     test_chat_conversations("reference/llama3_family/chat/llama3_chat.tsv", l3tiny, NULL, llama3_end, 1, "llama3");
     test_chat_conversations("reference/llama3_family/chat/chatml_chat.tsv", qwtiny, NULL, chatml_end, 2, "chatml");
@@ -7212,8 +7433,8 @@ static void expect_same_file(const char *name, const char *path, const char *wan
 static void test_export_tokenizer(const char *model_relative, const char *bin_relative, const char *out) {
     char name[256], model[PATH_SIZE], bin[PATH_SIZE];
     format_text(name, sizeof name, "export.py --tokenizer %s == %s byte for byte", model_relative, bin_relative);
-    shared_path(model, model_relative);
-    shared_path(bin, bin_relative);
+    data_path(model, model_relative);
+    data_path(bin, bin_relative);
     remove(out);
     CliResult r;
     python(&r, export_py, "--tokenizer", model, out, NULL);
@@ -7432,7 +7653,7 @@ static int edit_unknown_pre(const char *dir) {
 static int edit_tokenizer_too_big(const char *dir) {
     char path[PATH_SIZE], source[PATH_SIZE];
     Bytes json;
-    shared_path(source, "models/llama3/tokenizer.json");
+    data_path(source, "models/llama3/tokenizer.json");
     format_text(path, sizeof path, "%s/tokenizer.json", dir);
     if (load_file(source, &json) != 0) return -1;
     int err = save_file(path, json.data, json.len);
@@ -7662,7 +7883,7 @@ static void test_rope_freqs(const char *label, const GgufFile *f, double theta, 
 typedef struct {
     const char *label, *style;
     const char *mkmodel[10];  // mkmodel's arguments
-    const char *flags[14];    // make_hf.py's; "SHARED/..." is a path in the shared directory
+    const char *flags[14];    // make_hf.py's; "SHARED/..." is a data path (data_path)
     const char *dtype;
     const char *same_as;      // the shared GGUF file llama.cpp wrote for these weights
     const char *logits;       // its shared logits case
@@ -7705,8 +7926,13 @@ static void gguf_export_flags(const GgufExport *e, char paths[][PATH_SIZE], cons
     int n = 0;
     for (; e->flags[n]; n++) {
         flags[n] = e->flags[n];
-        if (strncmp(e->flags[n], "SHARED/", 7) == 0) {
-            shared_path(paths[n], e->flags[n] + 7);
+        if (strncmp(e->flags[n], "SHARED/", 7) == 0) { // a data path, perhaps with make_hf.py's ":NAME"
+            char relative[PATH_SIZE];
+            const char *colon = strchr(e->flags[n], ':');
+            format_text(relative, sizeof relative, "%.*s", colon ? (int)(colon - e->flags[n] - 7) : PATH_SIZE,
+                        e->flags[n] + 7);
+            data_path(paths[n], relative);
+            if (colon) format_text(paths[n] + strlen(paths[n]), PATH_SIZE - strlen(paths[n]), "%s", colon);
             flags[n] = paths[n];
         }
     }
@@ -7722,7 +7948,7 @@ static void test_gguf_export(const GgufExport *e) {
     format_text(model_name, sizeof model_name, "hf-gguf-%s", e->label);
     format_text(dir, sizeof dir, "build/export/hf-%s", e->label);
     format_text(out, sizeof out, "build/export/%s.gguf", e->label);
-    shared_path(ref_path, e->same_as);
+    data_path(ref_path, e->same_as);
     gguf_export_flags(e, paths, flags);
     clear_dir(dir);
     remove(out);
@@ -7766,7 +7992,7 @@ static void test_gguf_export(const GgufExport *e) {
     char case_dir[PATH_SIZE];
     double worst;
     size_t printed = 0;
-    shared_path(case_dir, e->logits);
+    data_path(case_dir, e->logits);
     format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m logits == llama.cpp's %s within %.0e",
                 e->label, strrchr(e->logits, '/') + 1, e->tolerance);
     if (cli_logits_error(out, case_dir, (int)vocab, &worst, &printed, problem, sizeof problem) != 0)
@@ -7782,7 +8008,7 @@ static void test_gguf_export(const GgufExport *e) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char inp[PATH_SIZE], relative[PATH_SIZE];
         format_text(relative, sizeof relative, "%s%s.inp", e->tokenizer, files[i].file);
-        shared_path(inp, relative);
+        data_path(inp, relative);
         format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m tokenize (no -z), every %s case of %s",
                     e->label, files[i].stride == 3 ? "3rd" : "20th", strrchr(relative, '/') + 1);
         cli_tokenize_cases(name, out, NULL, (int)bos, inp, files[i].stride);
@@ -7797,7 +8023,7 @@ static void test_gguf_option(const char *v0_path) {
     const char *dir = "build/export/hf-gguf-option", *out = "build/export/gguf-option.gguf";
     format_text(name, sizeof name, "export.py --hf DIR --gguf: a plain Llama with tokenizer.model -> GGUF: logits == "
                 "the v0 file's bit for bit");
-    shared_path(tok, "models/stories260K/tok512.model");
+    data_path(tok, "models/stories260K/tok512.model");
     format_text(copy, sizeof copy, "%s:tokenizer.model", tok);
     clear_dir(dir);
     remove(out);
@@ -7809,7 +8035,7 @@ static void test_gguf_option(const char *v0_path) {
                               quoted(r.err.data, r.err.len, err, sizeof err));
     else expect_same_logits(name, out, v0_path, 0);
     cli_free(&r);
-    shared_path(inp, "reference/tokenizer/tok512_prose.inp");
+    data_path(inp, "reference/tokenizer/tok512_prose.inp");
     cli_tokenize_cases("export.py --hf DIR --gguf: ./run OUT -m tokenize (no -z), every 20th case of tok512_prose",
                        out, NULL, 1, inp, 20);
 }
@@ -7839,7 +8065,7 @@ static void export_tests(void) {
            executable ? "executable" : "not executable or no shebang");
     cli_free(&r);
     mkdir("build/export", 0755);
-    shared_path(stories, "models/stories260K/stories260K.bin");
+    data_path(stories, "models/stories260K/stories260K.bin");
     // an OUT that is a symlink or a FIFO is refused in one line and left as it was
     remove("build/export/out-link"), remove("build/export/out-fifo"), remove("build/export/out-target");
     save_file("build/export/out-target", "keep", 4);
@@ -7897,7 +8123,7 @@ static void export_tests(void) {
         };
         for (int i = 0; i < 2; i++) {
             char in[PATH_SIZE], name[160];
-            shared_path(in, given[i][0]);
+            data_path(in, given[i][0]);
             format_text(name, sizeof name, "export.py: --tokenizer %s says what it is (%s) and to give it as %s", given[i][0],
                         given[i][1], given[i][2]);
             python(&r, export_py, "build/export/not-written.bin", "--tokenizer", in, NULL);
@@ -7907,7 +8133,7 @@ static void export_tests(void) {
             cli_free(&r);
         }
     }
-    test_export_tokenizer("models/llama2/tokenizer.model", "models/llama2/tokenizer.bin",
+    test_export_tokenizer("models/llama2/tokenizer.model", "tokenizer.bin",
                           "build/export/llama2-tokenizer.bin");
     test_export_tokenizer("models/stories260K/tok512.model", "models/stories260K/tok512.bin",
                           "build/export/tok512.bin");
@@ -7915,7 +8141,7 @@ static void export_tests(void) {
     static const char *const gqa_args[] = {"128", "352", "2", "8", "2", "512", "64", "--unshared", "--seed", "11",
                                            NULL};
     static const char *const mqa_args[] = {"128", "352", "2", "8", "1", "512", "64", "--seed", "12", NULL};
-    shared_path(stories, "models/stories260K/stories260K.bin");
+    data_path(stories, "models/stories260K/stories260K.bin");
     if (make_model("hf-gqa-untied-seed11", gqa_args, gqa) != 0 ||
         make_model("hf-mqa-tied-seed12", mqa_args, mqa) != 0) {
         report("export.py: fixtures", 0, "mkmodel failed");
@@ -7941,7 +8167,7 @@ static void export_tests(void) {
 
     static const char *const plain[4] = {NULL};
     char tok512[PATH_SIZE], tok512_copy[PATH_SIZE + 32];
-    shared_path(tok512, "models/stories260K/tok512.model");
+    data_path(tok512, "models/stories260K/tok512.model");
     format_text(tok512_copy, sizeof tok512_copy, "%s:tokenizer.model", tok512);
     const char *const with_tokenizer[4] = {"--copy", tok512_copy, NULL};
     const char *const qwen2[4] = {"--arch", "qwen2", "--copy", tok512_copy};
@@ -7978,7 +8204,7 @@ static void export_tests(void) {
 typedef struct {
     const char *name;
     pid_t pid;      // -1: the group ran in this process
-    int counts;     // the read end of the pipe: n_passed and n_failed
+    int counts;     // the read end of the pipe: n_passed, n_failed and n_skipped
     char log[PATH_SIZE];
 } ChildGroup;
 
@@ -7996,10 +8222,10 @@ static void start_child_group(ChildGroup *c, const char *name, void (*group)(voi
         format_text(tmp_dir, sizeof tmp_dir, "build/tmp/%s", name);
         mkdir(tmp_dir, 0755);
         if (!freopen(c->log, "w", stdout)) _exit(127);
-        n_passed = n_failed = 0;
+        n_passed = n_failed = n_skipped = 0;
         group();
         fflush(stdout);
-        int counts[2] = {n_passed, n_failed};
+        int counts[3] = {n_passed, n_failed, n_skipped};
         exit(write(fds[1], counts, sizeof counts) == (ssize_t)sizeof counts ? 0 : 1);
     }
     if (fds[1] >= 0) close(fds[1]);
@@ -8012,7 +8238,7 @@ static void start_child_group(ChildGroup *c, const char *name, void (*group)(voi
 
 static void finish_child_group(ChildGroup *c) {
     if (c->pid < 0) return;
-    int counts[2], got = read(c->counts, counts, sizeof counts) == (ssize_t)sizeof counts;
+    int counts[3], got = read(c->counts, counts, sizeof counts) == (ssize_t)sizeof counts;
     close(c->counts);
     int status = spawn_wait(c->pid);
     Bytes log;
@@ -8023,10 +8249,97 @@ static void finish_child_group(ChildGroup *c) {
     if (got) {
         n_passed += counts[0];
         n_failed += counts[1];
+        n_skipped += counts[2];
     }
     char name[128], text[64];
     format_text(name, sizeof name, "%s, in a child process, ran to its end", c->name);
     if (!got || status != 0) report(name, 0, "%s", status_text(status, text, sizeof text));
+}
+
+/* ============================================================================
+   The repository's data against the shared directory */
+
+// Compares the data files under repo_dir (a repository directory that
+// mirrors the shared layout at prefix) with the shared ones: a copy is the
+// shared file byte for byte; a logits case cut to fewer rows holds exactly
+// those rows of the shared case. Counts what it compared, and the files
+// only the repository has (its own cases).
+static void compare_data_dir(const char *repo_dir, const char *prefix, int *compared, int *own, char *problem,
+                             size_t size) {
+    NameList names;
+    if (list_names(repo_dir, NULL, 0, &names) != 0) return;
+    for (int i = 0; i < names.n && !problem[0]; i++) {
+        char mine[PATH_SIZE], theirs[PATH_SIZE], relative[PATH_SIZE];
+        format_text(mine, sizeof mine, "%s/%s", repo_dir, names.names[i]);
+        format_text(relative, sizeof relative, "%s%s", prefix, names.names[i]);
+        format_text(theirs, sizeof theirs, "%s/%s", shared, relative);
+        if (dir_exists(mine)) {
+            char deeper[PATH_SIZE];
+            format_text(deeper, sizeof deeper, "%s/", relative);
+            compare_data_dir(mine, deeper, compared, own, problem, size);
+            continue;
+        }
+        if (!strcmp(names.names[i], "README.md")) continue; // each directory's own provenance
+        if (!file_exists(theirs)) { (*own)++; continue; }
+        Bytes a, b;
+        if (load_file(mine, &a) != 0 || load_file(theirs, &b) != 0) {
+            set_problem(problem, size, "cannot read %s or %s", mine, theirs);
+        } else if (a.len == b.len && memcmp(a.data, b.data, a.len) == 0) {
+            (*compared)++;
+        } else if (!strcmp(names.names[i], "rows.txt")) {
+            (*compared)++; // a cut case: its logits are checked row by row
+        } else if (!strcmp(names.names[i], "logits.f32")) {
+            int *my_rows, *their_rows, n_mine, n_theirs;
+            char rows[PATH_SIZE];
+            format_text(rows, sizeof rows, "%s/rows.txt", repo_dir);
+            int read = load_ints(rows, &my_rows, &n_mine) == 0;
+            format_text(rows, sizeof rows, "%s/%.*s/rows.txt", shared, (int)strlen(prefix) - 1, prefix);
+            read = read && load_ints(rows, &their_rows, &n_theirs) == 0;
+            size_t row_bytes = read && n_theirs > 0 ? b.len / (size_t)n_theirs : 0;
+            int same = read && n_mine > 0 && a.len == row_bytes * (size_t)n_mine;
+            for (int r = 0; same && r < n_mine; r++) {
+                int k = 0;
+                while (k < n_theirs && their_rows[k] != my_rows[r]) k++;
+                same = k < n_theirs && !memcmp(a.data + r * row_bytes, b.data + k * row_bytes, row_bytes);
+            }
+            if (same) (*compared)++;
+            else set_problem(problem, size, "%s: not rows of %s", mine, theirs);
+            if (read) { free(my_rows); free(their_rows); }
+        } else {
+            set_problem(problem, size, "%s differs from %s", mine, theirs);
+        }
+        bytes_free(&a);
+        bytes_free(&b);
+    }
+    names_free(&names);
+}
+
+static void test_committed_data(void) {
+    const char *name = "data: the repository's copies of shared files are those files (a cut logits case, its rows)";
+    if (!have_shared) { skip(name, "no shared directory to compare with"); return; }
+    char problem[512] = "", mine[PATH_SIZE], theirs[PATH_SIZE];
+    int compared = 0, own = 0;
+    Bytes a, b;
+    format_text(mine, sizeof mine, "%s/tokenizer.bin", repo_root);
+    format_text(theirs, sizeof theirs, "%s/models/llama2/tokenizer.bin", shared);
+    if (load_file(mine, &a) != 0 || load_file(theirs, &b) != 0 || a.len != b.len || memcmp(a.data, b.data, a.len))
+        set_problem(problem, sizeof problem, "%s differs from %s", mine, theirs);
+    else compared++;
+    bytes_free(&a);
+    bytes_free(&b);
+    format_text(mine, sizeof mine, "%s/models", repo_root);
+    compare_data_dir(mine, "models/", &compared, &own, problem, sizeof problem);
+    format_text(mine, sizeof mine, "%s/test/data", repo_root);
+    compare_data_dir(mine, "", &compared, &own, problem, sizeof problem);
+    for (int i = 0; i < N_SHARED_ONLY_CASES && !problem[0]; i++) {
+        format_text(theirs, sizeof theirs, "%s/%s", shared, shared_only_cases[i]);
+        format_text(mine, sizeof mine, "%s/test/data/%s", repo_root, shared_only_cases[i]);
+        if (!dir_exists(theirs) || dir_exists(mine))
+            set_problem(problem, sizeof problem, "%s: listed as only in the shared directory, but %s", shared_only_cases[i],
+                        dir_exists(mine) ? "the repository has it" : "the shared directory lacks it");
+    }
+    report(name, !problem[0] && compared > 50, "%s%s%d files compared, %d of the repository's own",
+           problem, problem[0] ? "; " : "", compared, own);
 }
 
 int main(int argc, char **argv) {
@@ -8039,9 +8352,14 @@ int main(int argc, char **argv) {
     mkdir("build/models", 0755);
     mkdir("build/bad", 0755);
     mkdir("build/tmp", 0755);
+    if (!file_exists("run.c") && file_exists("../../run.c")) format_text(repo_root, sizeof repo_root, "../..");
     char readme[PATH_SIZE];
-    shared_path(readme, "README.md");
-    if (!file_exists(readme)) report("shared directory", 0, "%s not found (pass the shared dir as argv[1])", readme);
+    format_text(readme, sizeof readme, "%s/README.md", shared);
+    have_shared = file_exists(readme);
+    if (!have_shared)
+        printf("note: no shared directory at %s: the repository's own cases run, and the tests that need the "
+               "larger shared files are counted as skipped\n", shared);
+    test_committed_data();
 
     double start = seconds_now();
     build_mkmodel(); // once, before the child, which would build it too
@@ -8063,11 +8381,12 @@ int main(int argc, char **argv) {
     template_tests();
     test_quantize_failure_leaves_nothing();
     char stories[PATH_SIZE];
-    shared_path(stories, "models/stories260K/stories260K.bin");
+    data_path(stories, "models/stories260K/stories260K.bin");
     test_long_output_name(stories);
     finish_child_group(&export);
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
+    if (n_skipped) printf("%d passed, %d failed, %d skipped\n", n_passed, n_failed, n_skipped);
+    else printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed > 0 ? 1 : 0;
 }
