@@ -1,8 +1,32 @@
 # run.c build. `make` optimizes for this machine; `make portable` runs anywhere.
 CC ?= cc
+# The larger test data, beside the repository when it is there (CI has it);
+# the repository alone is complete without it.
 SHARED ?= ../shared
 OPENMP ?= 1
 ARCH ?= -march=native
+# LINUX=0 builds without Linux's extras (huge pages, AMX permission, /proc),
+# as on other systems: the plain POSIX paths.
+LINUX ?= 1
+
+# What the compiler can do, tried once per make: without an OpenMP runtime
+# (Apple's clang) the build is single-threaded, and without -march=native
+# it is portable, each said in one line.
+OMP_PROBE = \#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n
+PLAIN_PROBE = int main(void) { return 0; }\n
+try_cc = $(shell printf '$(2)' | $(CC) $(1) -x c - -o /dev/null >/dev/null 2>&1 && echo yes)
+ifeq ($(OPENMP),1)
+ifneq ($(call try_cc,-fopenmp,$(OMP_PROBE)),yes)
+$(if $(filter 0,$(MAKELEVEL)),$(info make: $(CC) has no OpenMP (-fopenmp): building single-threaded))
+override OPENMP = 0
+endif
+endif
+ifneq ($(ARCH),)
+ifneq ($(call try_cc,$(ARCH),$(PLAIN_PROBE)),yes)
+$(if $(filter 0,$(MAKELEVEL)),$(info make: $(CC) does not take $(ARCH): building for any machine of this kind))
+override ARCH =
+endif
+endif
 # -ffp-contract=off in every build: the K-quant writers (-m quantize) equal
 # llama-quantize byte for byte only if a * b + c is rounded twice, as ggml's
 # reference C does; a fused multiply-add rounds once and moves some scales.
@@ -14,15 +38,18 @@ CFLAGS += -fopenmp
 else
 CFLAGS += -Wno-unknown-pragmas
 endif
+ifeq ($(LINUX),0)
+CFLAGS += -DNO_LINUX
+endif
 LDLIBS = -lm
 
-.PHONY: all portable test demo clean bench bench-large
+.PHONY: all portable test test-alone demo clean bench bench-large
 
 # make CROSS=aarch64 builds the ARM64 binaries instead (see ARM64 below).
 ifeq ($(CROSS),aarch64)
 all: arm64
 else
-all: run tokenizer.bin
+all: run
 endif
 
 # The flags ./run and ./test_all were built with: a change of CC, ARCH,
@@ -34,46 +61,43 @@ build/flags: FORCE
 .PHONY: FORCE
 FORCE:
 
-# Every target that builds ./run also sets up the default tokenizer.
-run: run.c build/flags | tokenizer.bin
+run: run.c build/flags
 	$(CC) $(CFLAGS) -o $@ run.c $(LDLIBS)
 
 test_all: test_all.c run.c build/flags
 	$(CC) $(CFLAGS) -o $@ test_all.c $(LDLIBS)
 
-# ARCH changes build/flags, which rebuilds ./run (no -B: it would remake
-# tokenizer.bin too)
+# ARCH changes build/flags, which rebuilds ./run
 portable:
 	$(MAKE) run ARCH=
 
-# The default tokenizer (-z) is Llama 2's; linked, never committed. A
-# tokenizer.bin already here (a link or your own file) is left as it is;
-# without the shared models, ./run is still built (give -z, or SHARED=).
-tokenizer.bin:
-	@if [ -e tokenizer.bin ] || [ -L tokenizer.bin ]; then :; \
-	elif [ -f $(SHARED)/models/llama2/tokenizer.bin ]; then ln -s $(SHARED)/models/llama2/tokenizer.bin tokenizer.bin; \
-	else echo "make: $(SHARED)/models/llama2/tokenizer.bin not found: tokenizer.bin not linked (make SHARED=/path/to/shared)"; fi
-
+# A story from the 260K-parameter TinyStories model in models/ (trained by
+# llama2.c's author; its 512-token tokenizer beside it).
 demo: run
-	@[ -f $(SHARED)/models/stories260K/stories260K.bin ] || \
-	  { echo "make demo: $(SHARED)/models/stories260K/stories260K.bin not found (make SHARED=/path/to/shared demo)"; exit 1; }
-	./run $(SHARED)/models/stories260K/stories260K.bin -z $(SHARED)/models/stories260K/tok512.bin
+	@echo "stories260K (models/stories260K), temperature 0.8, 200 positions:"
+	@./run models/stories260K/stories260K.bin -z models/stories260K/tok512.bin -t 0.8 -n 200 -i "Once upon a time"
 
-# The two builds side by side (10 and 15 s), then the suite. Tests measure
-# no speed: passive OpenMP waits keep them quick on a busy machine.
+# The two builds side by side (10 and 15 s), then the suite, with the
+# shared data when it is there. Tests measure no speed: passive OpenMP
+# waits keep them quick on a busy machine.
 test:
 	@$(MAKE) --no-print-directory -j2 run test_all
 	OMP_WAIT_POLICY=passive ./test_all $(SHARED)
 
+# The suite as a clone alone runs it: the repository's data only.
+test-alone:
+	@$(MAKE) --no-print-directory -j2 run test_all
+	OMP_WAIT_POLICY=passive ./test_all /nonexistent
+
 # Benchmarks (BENCHMARKS.md): random-weight models of public shapes, made
-# by mkmodel into build/models/ and quantized by ./run, each with 1 and 2
-# threads.
+# by tools/mkmodel.c into build/models/ and quantized by ./run, each with 1
+# and 2 threads.
 BENCH_MODELS = s15m s42m s110m
 BENCH_THREADS = 1 2
 
-build/mkmodel: $(SHARED)/tools/mkmodel.c
+build/mkmodel: tools/mkmodel.c
 	mkdir -p build
-	cc -O2 -o $@ $(SHARED)/tools/mkmodel.c
+	$(CC) -O2 -std=c11 -o $@ tools/mkmodel.c
 
 build/models/%.bin: | build/mkmodel
 	mkdir -p build/models
@@ -99,7 +123,7 @@ bench: run $(BENCH_FILES)
 	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
 
-# TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2, 0.6, 0.7 and 0.9 GB quantized).
+# tl1b, TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2, 0.6, 0.7 and 0.9 GB quantized).
 BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin \
 	build/models/tl1b.q4_k_m.bin build/models/tl1b.q6_k.bin
 bench-large: run $(BENCH_LARGE_FILES)
@@ -111,10 +135,8 @@ bench-large: run $(BENCH_LARGE_FILES)
 unicode-tables:
 	/usr/bin/python3 tools/gen_unicode.py --update run.c
 
-# tokenizer.bin only when it is the link make made: never a file of yours
 clean:
 	rm -rf run test_all build
-	@if [ -L tokenizer.bin ]; then rm -f tokenizer.bin; fi
 
 # ---- Hardening: fuzzers and sanitizers (fuzz/README.md) ----
 # make fuzz         builds the libFuzzer harnesses (clang) into build/fuzz/ and
@@ -127,7 +149,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS = checkpoint gguf tokenizer_file encode bpe args sampler quantize output
 FUZZ_CFLAGS = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all $(NOFMA) \
-	-std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function -DFUZZ_SHARED_DIR='"$(abspath $(SHARED))"'
+	-std=c11 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-function -DFUZZ_DATA_DIR='"$(abspath .)"'
 ASAN_CFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1 -std=c11 -Wall -Wextra $(NOFMA)
 ifeq ($(OPENMP),1)
 ASAN_CFLAGS += -fopenmp
@@ -153,9 +175,9 @@ fuzz-regress: fuzz-build
 	    else echo "FAIL fuzz replay: $$t (see build/fuzz/regress-$$t.log)"; status=1; fi; \
 	done; exit $$status
 
-build/fuzz/mkmodel: $(SHARED)/tools/mkmodel.c
+build/fuzz/mkmodel: tools/mkmodel.c
 	@mkdir -p build/fuzz
-	$(CC) -O2 -o $@ $<
+	$(CC) -O2 -std=c11 -o $@ $<
 
 build/fuzz/mkseeds: fuzz/mkseeds.c
 	@mkdir -p build/fuzz
@@ -189,7 +211,7 @@ test-asan: build/asan/run build/asan/test_all
 # build stops at AVX2 (still the SIMD paths), single-threaded.
 VALGRIND = valgrind -q --leak-check=full --show-leak-kinds=all --errors-for-leak-kinds=all --error-exitcode=9
 VALGRIND_ARCH = $(if $(filter x86_64,$(shell uname -m)),-march=x86-64-v3,)
-STORIES = $(SHARED)/models/stories260K
+STORIES = models/stories260K
 
 build/valgrind/run: run.c
 	@mkdir -p build/valgrind
@@ -200,7 +222,7 @@ valgrind: build/valgrind/run
 	$(VALGRIND) build/valgrind/run $(STORIES)/stories260K.bin -z $(STORIES)/tok512.bin -t 0.8 -s 3 -n 80 -i "Once upon" >/dev/null
 	printf 'Be kind.\nHello\nTell me more\n' | $(VALGRIND) build/valgrind/run $(STORIES)/stories260K.bin \
 	    -z $(STORIES)/tok512.bin -m chat -n 30 -t 0 >/dev/null
-	$(VALGRIND) build/valgrind/run $(SHARED)/models/gguf/g128.q4_0.gguf -n 20 -i hi -s 1 >/dev/null
+	$(VALGRIND) build/valgrind/run test/data/models/gguf/g128s.q4_0.gguf -n 20 -i hi -s 1 >/dev/null
 	@echo "valgrind: generate, chat and GGUF runs are clean"
 
 # ---- x86-64-v3: the AVX2 paths, tested on machines that have AVX-512 ----

@@ -1,8 +1,9 @@
 /* fuzz_bpe: arbitrary bytes through the byte-level BPE tokenizer (encode,
-   then decode), with the real vocabularies of the shared tiny GGUF models,
-   loaded once: Llama 3.1's (l3tiny.q8_0.gguf, pre llama-bpe, which ignores
-   merges for a word that is a token) and Qwen's (qwtiny.q8_0.gguf, pre qwen2,
-   no BOS, user-defined tokens such as <think>).
+   then decode), with the real vocabularies of the repository's
+   vocabulary-only GGUF files, loaded once: Llama 3.1's (llama3-vocab.gguf,
+   pre llama-bpe, which ignores merges for a word that is a token) and
+   Qwen's (qwen2-vocab.gguf, pre qwen2, no BOS, user-defined tokens such as
+   <think>).
 
    Input: one flag byte (bit 0: which vocabulary, bit 1: add BOS, bit 2: add
    EOS, bits 3-4: the pre-tokenizer: 0 the model's own, 1 GPT-2's, 2 GPT-2's
@@ -30,15 +31,15 @@
 #include "../run.c"
 
 static Tokenizer tokenizers[2];
-static const char *const names[2] = {"models/gguf/l3tiny.q8_0.gguf", "models/gguf/qwtiny.q8_0.gguf"};
+static const char *const names[2] = {"test/data/models/vocab/llama3-vocab.gguf", "test/data/models/vocab/qwen2-vocab.gguf"};
 static const int vocab_sizes[2] = {128256, 151669};
 static int loaded;
 
 static void load(int i) {
-    const char *path = fuzz_shared_path(names[i]);
+    const char *path = fuzz_data_path(names[i]);
     Tokenizer *tk = &tokenizers[i];
     if (tokenizer_open(tk, path, vocab_sizes[i]) != 0) {
-        fprintf(stderr, "fuzz_bpe: %s (set FUZZ_SHARED to the shared directory)\n", error_message);
+        fprintf(stderr, "fuzz_bpe: %s (set FUZZ_DATA to the repository)\n", error_message);
         exit(1);
     }
     if (!tk->byte_level) { fprintf(stderr, "fuzz_bpe: %s is not byte-level BPE\n", path); exit(1); }

@@ -1,5 +1,5 @@
 /* fuzz_encode: arbitrary bytes through encode() and back through decode(),
-   with the real tokenizers from the shared directory, loaded once:
+   with the real tokenizers of the repository, loaded once:
    stories260K's tok512.bin (which folds spaces) and Llama 2's tokenizer.bin.
 
    Input: one flag byte (bit 0: which tokenizer, bit 1: add BOS, bit 2: add
@@ -17,9 +17,9 @@ static Tokenizer tokenizers[2];
 static int loaded;
 
 static void load(int i, const char *relative) {
-    const char *path = fuzz_shared_path(relative);
+    const char *path = fuzz_data_path(relative);
     if (tokenizer_open(&tokenizers[i], path, i == 0 ? 512 : 32000) != 0) {
-        fprintf(stderr, "fuzz_encode: %s (set FUZZ_SHARED to the shared directory)\n", error_message);
+        fprintf(stderr, "fuzz_encode: %s (set FUZZ_DATA to the repository)\n", error_message);
         exit(1);
     }
 }
@@ -62,7 +62,7 @@ static size_t fold_spaces(const char *s, size_t n, char *out) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!loaded) {
         load(0, "models/stories260K/tok512.bin");
-        load(1, "models/llama2/tokenizer.bin");
+        load(1, "tokenizer.bin");
         loaded = 1;
     }
     if (size < 1) return 0;

@@ -9,8 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifndef FUZZ_SHARED_DIR
-#define FUZZ_SHARED_DIR "../shared"
+#ifndef FUZZ_DATA_DIR
+#define FUZZ_DATA_DIR "."
 #endif
 
 static int fds[2] = {-1, -1};
@@ -37,10 +37,10 @@ const char *fuzz_file(int slot, const void *data, size_t size) {
     return paths[slot];
 }
 
-const char *fuzz_shared_path(const char *relative) {
+const char *fuzz_data_path(const char *relative) {
     static char path[4096];
-    const char *dir = getenv("FUZZ_SHARED");
-    snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : FUZZ_SHARED_DIR, relative);
+    const char *dir = getenv("FUZZ_DATA");
+    snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : FUZZ_DATA_DIR, relative);
     return path;
 }
 

@@ -28,9 +28,9 @@
 // be open at once). The path stays valid, its content until the next call.
 const char *fuzz_file(int slot, const void *data, size_t size);
 
-// The shared models and tokenizers (../shared by default; FUZZ_SHARED in
-// the environment overrides the directory compiled in).
-const char *fuzz_shared_path(const char *relative);
+// A path in the repository, whose models and tokenizers the harnesses read
+// (compiled in by make; FUZZ_DATA in the environment overrides it).
+const char *fuzz_data_path(const char *relative);
 
 // Reads every byte of p[0..n), so AddressSanitizer checks them all.
 void fuzz_touch(const void *p, size_t n);

@@ -5,7 +5,7 @@
      mkseeds CORPUS_DIR TINY_V0 GQA_V0
 
    TINY_V0 and GQA_V0 are tiny llama2.c version 0 checkpoints made by
-   ../shared/tools/mkmodel (shared and unshared classifier); they are copied
+   tools/mkmodel (shared and unshared classifier); they are copied
    as seeds and converted to the RUNC format in every weight type. The GGUF
    models, tokenizers, texts and command lines are generated here. The same
    arguments always give the same bytes. */
