@@ -66,10 +66,11 @@ import tempfile
 
 try:
     import numpy as np
-except ImportError:  # a python3 without numpy: one line, not a traceback
-    sys.exit("export.py: needs numpy, which this python3 (%s) does not have: install it "
-             "(Debian/Ubuntu: apt-get install python3-numpy, then run /usr/bin/python3 export.py ...; "
-             "elsewhere: pip install numpy)" % sys.executable)
+except ImportError:  # -h works without it; any work says so in one line (main)
+    np = None
+NO_NUMPY = ("export.py: needs numpy, which this python3 (%s) does not have: install it "
+            "(Debian/Ubuntu: apt-get install python3-numpy, then run /usr/bin/python3 export.py ...; "
+            "elsewhere: pip install numpy)" % sys.executable)
 
 RUNC_MAGIC = 0x434E5552  # the bytes "RUNC"
 RUNC_VERSION = 1
@@ -275,9 +276,9 @@ def write_runc(out_path, source, dtype, inputs):
 # sums run over the values one at a time (vectorized across sub-blocks
 # only), and a * b + c is rounded twice, as C without FP contraction does.
 
-F32 = np.float32
+F32 = np.float32 if np else None  # (None: no numpy; main stops before any use)
 QK_K = 256
-GROUP_MAX_EPS = F32(1e-15)
+GROUP_MAX_EPS = F32(1e-15) if np else None
 
 
 def nearest_int(v):
@@ -642,7 +643,7 @@ def quantize_q5_1(x):
 # fit_scale_iq4 rounds them (ggml's quantize_row_iq4_nl_impl, no importance
 # matrix).
 
-IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32)
+IQ4NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=F32) if np else None
 
 
 def iq4_nearest(v):
@@ -1051,7 +1052,7 @@ class SafetensorsFile:
     """One .safetensors file: 8-byte little-endian header length, JSON header
     {name: {dtype, shape, data_offsets}}, then the raw data (read via mmap)."""
 
-    DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
+    DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")} if np else {}
 
     def __init__(self, path):
         self.path = path
@@ -2214,6 +2215,8 @@ def on_signal(signum, frame):
 
 def main(argv=None):
     args = parse_args(argv)
+    if np is None:
+        sys.exit(NO_NUMPY)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
