@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h> // strcasecmp
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -56,7 +57,9 @@
    error_message ("FILE: problem") and return -1, so main can print it and
    the tests (and fuzzers) can check it. */
 
-static char error_message[512];
+static char error_message[1024];
+
+#define RUN_VERSION "2026.11"
 
 static int fail(const char *format, ...) {
     va_list args;
@@ -161,6 +164,21 @@ typedef struct {
     WorkRun *runs;        // (MAX_RUNS) generation's split of the row groups, one per thread
 } MatmulScratch;
 
+// How many threads a step runs on, chosen from the steps' own timing
+// (engine room: threads on a busy machine). One for generation's steps, one
+// for prefill's blocks.
+typedef struct {
+    int adapt;          // 0: the count is fixed (--threads, OMP_NUM_THREADS, bench, tests)
+    int count[2];       // the two counts it moves between: [0] fewer (at least 1), [1] all the threads
+    int now;            // which the steps run on now, 0 or 1
+    double per[2];      // seconds a position of recent steps on each count (0: not known yet)
+    int trying;         // steps left to run on the other count, to time it
+    double try_sum;     // their seconds a position, summed
+    double next_try;    // when to time the other count again
+    double wait;        // seconds between such tries, doubled each time the other count loses
+    double started;     // when this step started
+} ThreadChoice;
+
 // Activations for one position, and the KV cache for all positions so far.
 typedef struct {
     float *x;           // (dim) the residual stream
@@ -205,6 +223,7 @@ typedef struct {
     long long n_forward; // forward passes run, for tests and timing
     FILE *trace;         // --trace: every token fed, one id per line
     int is_gguf;
+    ThreadChoice threads[2]; // for steps of one position (generation) and blocks (prefill)
 } Transformer;
 
 static int kv_dim(const Config *c) { return c->n_kv_heads * c->head_size; }
@@ -228,6 +247,8 @@ static float max_row(const float *x, int n);
 static void swiglu(float *hb, const float *hb2, int n);
 static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols);
 static void free_matmul_scratch(MatmulScratch *mm);
+static void threads_begin(ThreadChoice *tc);
+static void threads_end(ThreadChoice *tc, int positions);
 
 /* ----------------------------------------------------------------------------
    The run state: every buffer a forward pass writes, allocated once. */
@@ -495,6 +516,7 @@ float *forward(Transformer *t, int token, int pos) {
     RunState *s = &t->state;
     int dim = c->dim, hs = c->head_size, kvd = kv_dim(c);
     t->n_forward++;
+    threads_begin(&t->threads[0]); // how many threads: the engine room times the steps
     if (t->trace) fprintf(t->trace, "%d\n", token);
 
     dequantize_row(s->x, &w->token_embedding, token);
@@ -526,6 +548,7 @@ float *forward(Transformer *t, int token, int pos) {
     }
     rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
     matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
+    threads_end(&t->threads[0], 1);
     return s->logits;
 }
 
@@ -563,6 +586,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     RunState *s = &t->state;
     int dim = c->dim, hs = c->head_size, kvd = kv_dim(c), q_dim = c->n_heads * hs;
     t->n_forward += n;
+    threads_begin(&t->threads[1]);
     for (int i = 0; i < n; i++) {
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
         dequantize_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
@@ -607,6 +631,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
         matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
     }
+    threads_end(&t->threads[1], n);
 }
 
 // Feeds tokens[0..n) at positions pos..pos+n-1 (pos + n <= seq_len) and
@@ -6493,6 +6518,118 @@ static int threads_available(void) {
 #endif
 }
 
+/* ----------------------------------------------------------------------------
+   Threads on a busy machine. OpenMP's threads meet at the end of every
+   product, so when another program holds a core, the thread of ours that
+   waits for it holds up every meeting: two threads then run slower than
+   one (a third slower on our 2-core machines, a thousand times on some).
+   Unless the count is fixed (--threads, OMP_NUM_THREADS), run.c starts on
+   the cores free at the start (cores_free) and each kind of step
+   (generation's tokens, prefill's blocks) times itself, moving between
+   fewer threads and all of them:
+   - the steps keep a recent time a position for each count, and move to
+     the other count as soon as theirs is a seventh slower than its;
+   - now and then three steps run on the other count to time it again (one
+     if it is half as slow again): 0.5 s after the start, then less often
+     each time it loses (doubling up to 8 s), and at once when a step takes
+     three times the recent ones (another program took a core). A try of
+     more threads waits while cores_free still sees the cores taken. On an
+     idle machine the tries cost a step on fewer threads every 8 s.
+   The count changes no result: every row of a product and every head of
+   attention is computed by one thread, whichever. */
+
+enum { TRY_FIRST_MS = 500, TRY_LAST_MS = 8000, TRY_STEPS = 3 };
+
+// Cores that no other program runs on now: Linux's count of runnable tasks
+// (/proc/loadavg), the least of `looks` looks 1 ms apart, less this
+// process's one running thread (so: called where our other threads are not
+// running). Elsewhere, every core.
+static int cores_free(int cores, int looks) {
+    int least = INT_MAX;
+#if HAVE_LINUX
+    for (int i = 0; i < looks; i++) {
+        FILE *f = fopen("/proc/loadavg", "r");
+        int running = 0;
+        if (f && fscanf(f, "%*f %*f %*f %d/", &running) == 1 && running >= 1 && running < least) least = running;
+        if (f) fclose(f);
+        if (i + 1 < looks) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+#else
+    (void)looks;
+#endif
+    if (least == INT_MAX) return cores;
+    return cores - (least - 1) > 1 ? cores - (least - 1) : 1;
+}
+
+// Both kinds of step move between `most` threads and fewer (the free cores
+// when fewer than most are, else one), starting on fewer if the machine is
+// busy now.
+static void threads_adapt(Transformer *t, int most, int free_cores) {
+    int busy = free_cores < most;
+    double first = TRY_FIRST_MS / 1000.0;
+    for (int k = 0; k < 2; k++)
+        t->threads[k] = (ThreadChoice){.adapt = most > 1, .count = {busy ? free_cores : 1, most}, .now = !busy,
+                                       .wait = first, .next_try = now_seconds() + first};
+}
+
+static void set_thread_count(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+// The count for a step starting at time `now`; free_cores is cores_free
+// (the tests give another).
+static int threads_next(ThreadChoice *tc, double now, int (*free_cores)(int cores, int looks)) {
+    if (!tc->trying && tc->per[tc->now] > 0 && now >= tc->next_try) {
+        int more = tc->count[!tc->now] > tc->count[tc->now];
+        if (more && free_cores(tc->count[1], 1) < tc->count[!tc->now]) { // still busy: not worth a try
+            tc->wait = 2 * tc->wait < TRY_LAST_MS / 1000.0 ? 2 * tc->wait : TRY_LAST_MS / 1000.0;
+            tc->next_try = now + tc->wait;
+        } else {
+            tc->trying = TRY_STEPS;
+            tc->try_sum = 0;
+        }
+    }
+    return tc->count[tc->trying ? !tc->now : tc->now];
+}
+
+static void threads_begin(ThreadChoice *tc) {
+    if (!tc->adapt) return;
+    tc->started = now_seconds();
+    set_thread_count(threads_next(tc, tc->started, cores_free));
+}
+
+// The choice after a step that took `per` seconds a position, at time `now`
+// (apart from threads_end so that the tests can give it any times).
+static void threads_record(ThreadChoice *tc, double per, double now) {
+    double first = TRY_FIRST_MS / 1000.0, last = TRY_LAST_MS / 1000.0;
+    int here = tc->now, other = !here;
+    if (tc->trying) {
+        tc->try_sum += per;
+        int lost = per > 1.5 * tc->per[here]; // one step is enough to tell
+        if (--tc->trying > 0 && !lost) return;
+        tc->per[other] = lost ? per : tc->try_sum / TRY_STEPS;
+        tc->trying = 0;
+        int better = tc->per[other] < 0.9 * tc->per[here];
+        tc->wait = better ? first : (2 * tc->wait < last ? 2 * tc->wait : last);
+        tc->next_try = now + tc->wait;
+        if (better) tc->now = other;
+        return;
+    }
+    if (tc->per[here] > 0 && per > 3 * tc->per[here]) tc->next_try = now; // a core was taken: time the other now
+    tc->per[here] = tc->per[here] > 0 ? 0.75 * tc->per[here] + 0.25 * per : per;
+    if (tc->per[other] > 0 && tc->per[here] > 1.15 * tc->per[other]) tc->now = other;
+}
+
+static void threads_end(ThreadChoice *tc, int positions) {
+    if (!tc->adapt) return;
+    double now = now_seconds();
+    threads_record(tc, (now - tc->started) / positions, now);
+}
+
 // Row group gi of the matrices ms, numbered across them in order, against n
 // positions of x quantized: Q8_K rows xk for the K-quants, else ActBlocks xq
 // (x_tiles: the AMX copy of xk, or NULL).
@@ -7345,7 +7482,11 @@ static int skip_value(Cursor *c, uint32_t type, int depth) {
     uint64_t count;
     if (take_u32(c, &elem_type) != 0 || take_u64(c, &count) != 0 || elem_type >= GGUF_N_TYPES) return -1;
     uint64_t size = gguf_scalar_size(elem_type);
-    if (size > 0) return count <= (uint64_t)(c->end - c->p) / size && take(c, count * size) ? 0 : -1;
+    if (size > 0) {
+        if (count > (uint64_t)(c->end - c->p) / size) { c->p = c->end; return -1; } // runs past the end
+        take(c, count * size);
+        return 0;
+    }
     for (uint64_t i = 0; i < count; i++)
         if (skip_value(c, elem_type, depth + 1) != 0) return -1;
     return 0;
@@ -7488,11 +7629,11 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
     if (take_u32(&c, &version) != 0 || (version != 2 && version != 3))
         return fail("%s: GGUF version %u is not supported (2 and 3 are)", path, version);
     if (take_u64(&c, &g->n_tensors) != 0 || take_u64(&c, &g->n_values) != 0)
-        return fail("%s: GGUF header is truncated", path);
+        return fail("%s: truncated: the file has %zu bytes, less than a GGUF header's 24", path, size);
     uint64_t left = (uint64_t)(c.end - c.p);
     if (g->n_values > left / 12 || g->n_tensors > left / 24) // the smallest entries' sizes
-        return fail("%s: GGUF counts (%llu values, %llu tensors) are larger than the file", path,
-                    (unsigned long long)g->n_values, (unsigned long long)g->n_tensors);
+        return fail("%s: truncated or damaged: its header counts %llu values and %llu tensors, more than its %zu "
+                    "bytes can hold", path, (unsigned long long)g->n_values, (unsigned long long)g->n_tensors, size);
     g->values = calloc((size_t)g->n_values + 1, sizeof(GgufValue));
     g->tensors = calloc((size_t)g->n_tensors + 1, sizeof(GgufTensor));
     int err = 0;
@@ -7500,7 +7641,8 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
     for (uint64_t i = 0; i < g->n_values; i++) {
         GgufValue *v = &g->values[i];
         if (take_string(&c, &v->key, &v->key_len) != 0 || take_u32(&c, &v->type) != 0) {
-            err = fail("%s: GGUF metadata key %llu runs past the end", path, (unsigned long long)i);
+            err = fail("%s: truncated: the file has %zu bytes and ends inside metadata key %llu of %llu", path, size,
+                       (unsigned long long)i + 1, (unsigned long long)g->n_values);
             goto error;
         }
         v->value = c.p;
@@ -7510,7 +7652,12 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
             v->elems = c.p + 12;
         }
         if (skip_value(&c, v->type, 0) != 0) {
-            err = fail("%s: GGUF metadata value %llu is malformed or runs past the end", path, (unsigned long long)i);
+            int key_len = v->key_len < 64 ? (int)v->key_len : 64;
+            err = c.p == c.end ? fail("%s: truncated: the file has %zu bytes and ends inside the value of %.*s "
+                                      "(metadata %llu of %llu)", path, size, key_len, v->key,
+                                      (unsigned long long)i + 1, (unsigned long long)g->n_values)
+                               : fail("%s: the value of %.*s (metadata %llu) is malformed", path, key_len, v->key,
+                                      (unsigned long long)i + 1);
             goto error;
         }
     }
@@ -7518,7 +7665,9 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
         GgufTensor *t = &g->tensors[i];
         uint32_t n_dims = 0;
         if (take_string(&c, &t->name, &t->name_len) != 0 || take_u32(&c, &n_dims) != 0 || n_dims < 1 || n_dims > 4) {
-            err = fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+            err = c.p == c.end ? fail("%s: truncated: the file has %zu bytes and ends inside tensor info %llu of %llu",
+                                      path, size, (unsigned long long)i + 1, (unsigned long long)g->n_tensors)
+                               : fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
             goto error;
         }
         t->n_dims = (int)n_dims;
@@ -7526,7 +7675,9 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
         for (uint32_t d = 0; d < n_dims; d++)
             bad |= take_u64(&c, &t->dims[d]) != 0 || t->dims[d] == 0 || t->dims[d] > INT32_MAX;
         if (bad || take_u32(&c, &t->type) != 0 || take_u64(&c, &t->offset) != 0) {
-            err = fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
+            err = c.p == c.end ? fail("%s: truncated: the file has %zu bytes and ends inside tensor info %llu of %llu",
+                                      path, size, (unsigned long long)i + 1, (unsigned long long)g->n_tensors)
+                               : fail("%s: GGUF tensor info %llu is malformed", path, (unsigned long long)i);
             goto error;
         }
     }
@@ -7539,7 +7690,8 @@ static int gguf_parse(Gguf *g, const unsigned char *map, size_t size, const char
     }
     uint64_t data_start = ((uint64_t)(c.p - map) + (uint64_t)alignment - 1) / (uint64_t)alignment * (uint64_t)alignment;
     if (data_start > size && g->n_tensors > 0) {
-        err = fail("%s: GGUF file ends before its tensor data", path);
+        err = fail("%s: truncated: the file has %zu bytes and its tensor data would start at byte %llu", path, size,
+                   (unsigned long long)data_start);
         goto error;
     }
     g->data = map + (data_start < size ? data_start : size);
@@ -8592,6 +8744,39 @@ static double layer_macs(const Config *c) {
 
 typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
 
+// Seconds of CPU time every core has spent busy since boot (Linux's
+// /proc/stat: user, nice, system, irq, softirq, and steal: time the
+// hypervisor gave to others), or -1.
+static double machine_busy_seconds(void) {
+    double busy = -1;
+#if HAVE_LINUX
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long user, nice, system, idle, iowait, irq, softirq, steal = 0;
+    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait, &irq,
+                    &softirq, &steal) >= 7)
+        busy = (double)(user + nice + system + irq + softirq + steal) / (double)sysconf(_SC_CLK_TCK);
+    if (f) fclose(f);
+#endif
+    return busy;
+}
+
+// This process's CPU seconds, user and system.
+static double own_cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec * 1e-6;
+}
+
+// The largest cache's size in bytes (Linux: the L3's, else the L2's), or 0.
+static double cache_bytes(void) {
+    long size = 0;
+#if HAVE_LINUX && defined(_SC_LEVEL3_CACHE_SIZE)
+    size = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (size <= 0) size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return size > 0 ? (double)size : 0;
+}
+
 // One run from position 0: the prompt as a batch, then greedy generation.
 static void bench_model(Transformer *t, const int *prompt, int n_prompt, int n_generate, BenchRound *r) {
     double start = now_seconds();
@@ -8632,7 +8817,8 @@ int bench_mode(Transformer *t, const char *path) {
     double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
     double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
 
-    double load_before = load_average();
+    double load_before = load_average(), busy_before = machine_busy_seconds(), own_before = own_cpu_seconds();
+    double started = now_seconds();
     BenchRound warm;
     bench_model(t, prompt, n_prompt, n_generate, &warm); // pages the weights in
     struct rusage usage;
@@ -8650,7 +8836,16 @@ int bench_mode(Transformer *t, const char *path) {
         use_plain_kernels = 0;
     }
 
+    // other programs' share of the cores while it ran: its figures are low when they took any
+    double others = busy_before < 0 ? 0 : (machine_busy_seconds() - busy_before - (own_cpu_seconds() - own_before)) /
+                                               (now_seconds() - started);
     double gen_gbs = (weights + kv_read) * fast.generate_tps / 1e9;
+    // a model that fits in the caches reads them, not memory: no share of the memory's bandwidth
+    int in_cache = gen_gbs > 0.95 * fast.bandwidth || (weights + kv_read) <= cache_bytes();
+    char share[96], share_cell[16];
+    snprintf(share, sizeof share, in_cache ? "the model fits in the caches, so not a share of memory's bandwidth"
+                                           : "%.0f%% of read bandwidth", 100 * gen_gbs / fast.bandwidth);
+    snprintf(share_cell, sizeof share_cell, in_cache ? "in cache" : "%.0f%%", 100 * gen_gbs / fast.bandwidth);
     double prompt_gflops = prompt_flops * fast.prompt_tps / n_prompt / 1e9;
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     char plain_prompt[64] = "", plain_generate[64] = "", plain_cells[64] = "- | -";
@@ -8661,18 +8856,21 @@ int bench_mode(Transformer *t, const char *path) {
                  fast.generate_tps / plain.generate_tps);
         snprintf(plain_cells, sizeof plain_cells, "%.1f | %.1f", plain.prompt_tps, plain.generate_tps);
     }
-    printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d threads, %s kernels, medians of %d runs\n", name,
+    printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d thread%s, %s kernels, medians of %d runs\n", name,
            type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6,
-           threads_available(), SIMD_NAME, BENCH_RUNS);
+           threads_available(), threads_available() == 1 ? "" : "s", SIMD_NAME, BENCH_RUNS);
     printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
     printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s\n", n_prompt, fast.prompt_tps,
            prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
-    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %.0f%% of read bandwidth%s\n", n_generate,
-           fast.generate_tps, gen_gbs, 100 * gen_gbs / fast.bandwidth, plain_generate);
+    printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %s%s\n", n_generate, fast.generate_tps, gen_gbs, share,
+           plain_generate);
     printf("  peak RSS %.0f MB; load average %.2f before, %.2f after\n", rss_mb, load_before, load_average());
-    printf("| %s | %d | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | %s | %.1f | %.1f |\n", name, threads_available(),
-           fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, 100 * gen_gbs / fast.bandwidth, rss_mb,
-           plain_cells, fast.bandwidth, fast.peak);
+    if (others > 0.2)
+        printf("  the machine was busy: other programs took %.1f cores on average while this ran, so every figure "
+               "here is low\n", others);
+    printf("| %s | %d | %.1f | %.0f%% | %.1f | %s | %.0f | %s | %.1f | %.1f |\n", name, threads_available(),
+           fast.prompt_tps, 100 * prompt_gflops / fast.peak, fast.generate_tps, share_cell, rss_mb, plain_cells,
+           fast.bandwidth, fast.peak);
     return 0;
 }
 
@@ -8741,6 +8939,7 @@ typedef struct {
     uint64_t seed;             // -s
     int seed_given;
     SamplerParams sampling;
+    char notes[512];           // notices for stderr, a line each ("-t 4 is the temperature here ...")
 } Options;
 
 void usage(FILE *f) {
@@ -8861,12 +9060,28 @@ static int find_flag(const char *arg, const char **value) {
 }
 
 
+// Adds a line to the notices main prints before it starts.
+__attribute__((format(printf, 2, 3)))
+static void add_note(Options *o, const char *format, ...) {
+    size_t used = strlen(o->notes);
+    if (used + 2 >= sizeof o->notes) return;
+    if (used) o->notes[used++] = '\n';
+    va_list args;
+    va_start(args, format);
+    vsnprintf(o->notes + used, sizeof o->notes - used, format, args);
+    va_end(args);
+}
+
 static int set_flag(Options *o, int f, const char *name, const char *v) {
     SamplerParams *sp = &o->sampling;
     long n = 0;
     int err = 0;
     switch (f) {
-    case FLAG_TEMP: return parse_float(name, v, 0.0f, 100.0f, &sp->temperature);
+    case FLAG_TEMP:
+        err = parse_float(name, v, 0.0f, 100.0f, &sp->temperature);
+        if (!err && !strcmp(name, "-t") && strspn(v, "0123456789") == strlen(v) && sp->temperature >= 2) // llama.cpp's -t
+            add_note(o, "-t %s is the temperature here, as in llama2.c; threads are --threads", v);
+        return err;
     case FLAG_TOP_P:
         if (parse_float(name, v, 0.0f, 1.0f, &sp->top_p) == 0) return 0;
         if (!strcmp(name, "-p") && strstr(error_message, "is not a number")) // llama.cpp's -p is the prompt
@@ -8904,64 +9119,210 @@ static int set_flag(Options *o, int f, const char *name, const char *v) {
         err = parse_int(name, v, 1, 1024, &n);
         o->threads = (int)n;
 #ifndef _OPENMP
-        if (!err && n > 1) return fail("%s: this build has no OpenMP, so one thread (build with make OPENMP=1)", name);
+        if (!err && n > 1) add_note(o, "%s %s: this build has no OpenMP and runs on one thread (make OPENMP=1)", name, v);
 #endif
         return err;
     }
 }
 
-enum { ARGS_OK = 0, ARGS_HELP = 1 };
+enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_VERSION = 2 };
 
-// ARGS_OK; ARGS_HELP for -h or --help; -1 with error_message naming the flag.
+// llama.cpp's flags that people bring along, and what each is here.
+static const struct {
+    const char *name;
+    int takes_value;
+    const char *hint;
+} foreign_flags[] = {
+    {"-cnv", 0, "a conversation is -m chat here"},
+    {"--conversation", 0, "a conversation is -m chat here"},
+    {"--interactive", 0, "a conversation is -m chat here"},
+    {"--interactive-first", 0, "a conversation is -m chat here"},
+    {"-if", 0, "a conversation is -m chat here"},
+    {"-no-cnv", 0, "generate is the default mode: drop it"},
+    {"--no-conversation", 0, "generate is the default mode: drop it"},
+    {"-ngl", 1, "run.c runs on the CPU: drop it"},
+    {"--n-gpu-layers", 1, "run.c runs on the CPU: drop it"},
+    {"--gpu-layers", 1, "run.c runs on the CPU: drop it"},
+    {"--n-predict", 1, "the number of positions is -n here"},
+    {"--ctx", 1, "the context is -c (--ctx-size) here"},
+    {"--threads-batch", 1, "threads are --threads here, for every step"},
+    {"-tb", 1, "threads are --threads here, for every step"},
+    {"--model", 1, "the model is the first argument here, with no flag: run MODEL [options]"},
+    {"--temperature", 1, "the temperature is -t or --temp here"},
+    {"-sys", 1, "the system prompt is -y (--system-prompt) here"},
+    {"--system", 1, "the system prompt is -y (--system-prompt) here"},
+    {"--batch-size", 1, "run.c sizes its own batches: drop it"},
+    {"-b", 1, "run.c sizes its own batches: drop it"},
+    {"--ubatch-size", 1, "run.c sizes its own batches: drop it"},
+    {"-ub", 1, "run.c sizes its own batches: drop it"},
+    {"--flash-attn", 0, "run.c needs no such switch: drop it"},
+    {"-fa", 0, "run.c needs no such switch: drop it"},
+    {"--no-mmap", 0, "run.c always maps the file: drop it"},
+    {"--mlock", 0, "run.c needs no such switch: drop it"},
+    {"--color", 0, "run.c needs no such switch: drop it"},
+    {"--log-disable", 0, "run.c prints only the text on stdout: drop it"},
+};
+
+// The edit distance between a and b (insertions, deletions, substitutions
+// and swaps of neighbours), up to 9 (more counts as 9).
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 40 || m > 40) return 9;
+    int d[41][41];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m] < 9 ? d[n][m] : 9;
+}
+
+// The error for an unknown flag: what a llama.cpp flag is here, or the
+// nearest of ours (a spelling with '_' for '-', or up to two edits away).
+// *takes_value: whether the flag is thought to take the next argument.
+static int unknown_flag(const char *arg, const char *next, int *takes_value) {
+    char name[48];
+    size_t len = strcspn(arg, "=");
+    snprintf(name, sizeof name, "%.*s", (int)(len < 47 ? len : 47), arg);
+    for (char *p = name + 1; *p; p++) if (*p == '_') *p = '-';
+    // an unknown flag's value is the next argument unless that is a flag or a file
+    *takes_value = !arg[len] && next && next[0] != '-' && access(next, F_OK) != 0;
+    int best = 9;
+    const char *nearest = NULL, *hint = NULL;
+    for (size_t i = 0; i < sizeof foreign_flags / sizeof *foreign_flags; i++) {
+        int d = edit_distance(name, foreign_flags[i].name);
+        if (d < best) { best = d; hint = foreign_flags[i].hint; nearest = NULL; }
+        if (d == 0) *takes_value = foreign_flags[i].takes_value && !arg[len];
+    }
+    for (int f = 0; f < N_FLAGS; f++)
+        for (int k = 0; k < 2; k++) {
+            const char *ours = k ? cli_flags[f].long_name : cli_flags[f].short_name;
+            int d = ours ? edit_distance(name, ours) : 9;
+            if (d < best) { best = d; nearest = ours; hint = NULL; }
+        }
+    static const char *const others[] = {"--help", "--version"};
+    for (size_t i = 0; i < 2; i++)
+        if (edit_distance(name, others[i]) < best) { best = edit_distance(name, others[i]); nearest = others[i]; hint = NULL; }
+    int close = best == 0 || (best <= 2 && strlen(name) >= 5);
+    if (close && hint) return fail("%s: not a flag here; %s", arg, hint);
+    if (close && nearest) return fail("%s: unknown flag; did you mean %s?", arg, nearest);
+    return fail("%s: unknown flag", arg);
+}
+
+// A usage error into the list of them (the first few, one a line).
+static void add_problem(char *problems, size_t size, int *n) {
+    size_t used = strlen(problems);
+    if (*n < 6 && used + strlen(error_message) + 8 < size)
+        snprintf(problems + used, size - used, "%s%s", *n ? "\nrun: " : "", error_message);
+    (*n)++;
+}
+
+// ARGS_OK; ARGS_HELP for -h or --help, ARGS_VERSION for --version; -1
+// with error_message naming every usage error found (a line each). The
+// model is the one argument that is neither a flag nor a flag's value,
+// before the flags or after them.
 int parse_args(Options *o, int argc, char **argv) {
     *o = (Options){.dtype = -1, .mode = "generate", .mode_bit = MODE_GENERATE, .steps = 256,
                    .chat_template = TEMPLATE_NONE};
     o->sampling = (SamplerParams){.temperature = 1.0f, .top_p = 0.9f, .top_k = 0, .min_p = 0.0f,
                                   .repeat_penalty = 1.0f, .repeat_last_n = 64};
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return ARGS_HELP;
+        if (!strcmp(argv[i], "--version")) return ARGS_VERSION;
+    }
     if (argc < 2) return fail("no model given: run MODEL [options]");
     if (!strcmp(argv[1], "-m") && argc > 2 && (strchr(argv[2], '.') || strchr(argv[2], '/')))
         return fail("-m %s: here -m is the mode; give the model as the first argument: run %s [options]", argv[2], argv[2]);
-    if (argv[1][0] == '-') return fail("%s: the first argument must be the model: run MODEL [options]", argv[1]);
-    o->checkpoint = argv[1];
+    char problems[sizeof error_message] = "";
+    int n_problems = 0;
     const char *given[N_FLAGS] = {0}; // the name each flag was given by
-    for (int i = 2; i < argc; i++) {
-        const char *value;
-        int f = find_flag(argv[i], &value);
-        if (f < 0 && argv[i][0] != '-')
-            return fail("%s: a second model? give one model, first; every other argument is a flag", argv[i]);
-        if (f < 0) return fail("%s: unknown flag", argv[i]);
-        const char *name = argv[i][1] == '-' ? cli_flags[f].long_name : cli_flags[f].short_name;
-        if (given[f]) return fail("%s: given twice (also as %s)", name, given[f]);
-        given[f] = name;
-        if (!value) {
-            if (i + 1 >= argc) return fail("%s: missing value", name);
-            value = argv[++i];
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value;
+        if (arg[0] != '-' || !arg[1]) { // the model, or a stray word
+            int file_like = access(arg, F_OK) == 0 || (strpbrk(arg, "./") && !strchr(arg, ' '));
+            if (!o->checkpoint) o->checkpoint = arg;
+            else if (file_like) {
+                fail("%s: a second model? give one model; every other argument is a flag (a prompt is -i \"...\")", arg);
+                add_problem(problems, sizeof problems, &n_problems);
+            } else {
+                fail("'%.40s%s': not a file; a prompt? give it with -i \"...\"", arg, strlen(arg) > 40 ? "..." : "");
+                add_problem(problems, sizeof problems, &n_problems);
+            }
+            continue;
         }
-        if (set_flag(o, f, name, value) != 0) return -1;
+        int f = find_flag(arg, &value);
+        if (f < 0) {
+            int takes_value;
+            unknown_flag(arg, i + 1 < argc ? argv[i + 1] : NULL, &takes_value);
+            add_problem(problems, sizeof problems, &n_problems);
+            i += takes_value;
+            continue;
+        }
+        const char *name = arg[1] == '-' ? cli_flags[f].long_name : cli_flags[f].short_name;
+        if (!value && i + 1 >= argc) {
+            fail("%s: missing value", name);
+            add_problem(problems, sizeof problems, &n_problems);
+            continue;
+        }
+        if (!value) value = argv[++i];
+        if (given[f]) {
+            fail("%s: given twice (also as %s)%s", name, given[f],
+                 f == FLAG_TEMP && !strcmp(name, "-t") ? "; threads are --threads" : "");
+            add_problem(problems, sizeof problems, &n_problems);
+            continue;
+        }
+        given[f] = name;
+        if (set_flag(o, f, name, value) != 0) add_problem(problems, sizeof problems, &n_problems);
     }
+    if (!o->checkpoint && !n_problems) { fail("no model given: run MODEL [options]"); add_problem(problems, sizeof problems, &n_problems); }
     for (int f = 0; f < N_FLAGS; f++)
-        if (given[f] && !(cli_flags[f].modes & o->mode_bit))
-            return fail("%s: not used by -m %s", given[f], o->mode);
-    if (o->prompt && o->prompt_file) return fail("-i and -f: give the prompt one way, not both");
-    if (o->mode_bit == MODE_LOGITS && (!o->prompt_file || !o->output))
-        return fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
-    if (o->mode_bit == MODE_QUANTIZE && (!o->output || o->dtype < 0))
-        return fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, q5_k_m, ...)");
+        if (given[f] && !(cli_flags[f].modes & o->mode_bit)) {
+            fail("%s: not used by -m %s", given[f], o->mode);
+            add_problem(problems, sizeof problems, &n_problems);
+        }
+    if (o->prompt && o->prompt_file) { fail("-i and -f: give the prompt one way, not both"); add_problem(problems, sizeof problems, &n_problems); }
+    if (o->mode_bit == MODE_LOGITS && (!given[FLAG_FILE] || !given[FLAG_OUTPUT])) {
+        fail("-m logits needs -f IDS_FILE and -o OUT_FILE");
+        add_problem(problems, sizeof problems, &n_problems);
+    }
+    if (o->mode_bit == MODE_QUANTIZE && (!given[FLAG_OUTPUT] || !given[FLAG_DTYPE])) {
+        fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, q5_k_m, ...)");
+        add_problem(problems, sizeof problems, &n_problems);
+    }
     size_t out_len = o->output ? strlen(o->output) : 0;
-    if (o->mode_bit == MODE_QUANTIZE && out_len >= 5 && !strcasecmp(o->output + out_len - 5, ".gguf"))
-        return fail("-o %s: -m quantize writes run.c's own format, not GGUF; give the file another name (.bin)", o->output);
-    return ARGS_OK;
+    if (o->mode_bit == MODE_QUANTIZE && out_len >= 5 && !strcasecmp(o->output + out_len - 5, ".gguf")) {
+        fail("-o %s: -m quantize writes run.c's own format, not GGUF; give the file another name (.bin)", o->output);
+        add_problem(problems, sizeof problems, &n_problems);
+    }
+    if (o->prompt_file && !strcmp(o->prompt_file, "-") && o->mode_bit == MODE_CHAT) {
+        fail("-f -: chat reads its turns from stdin; give the first message with -i");
+        add_problem(problems, sizeof problems, &n_problems);
+    }
+    if (!n_problems) return ARGS_OK;
+    if (n_problems > 6) {
+        size_t used = strlen(problems);
+        snprintf(problems + used, sizeof problems - used, "\nrun: and %d more", n_problems - 6);
+    }
+    snprintf(error_message, sizeof error_message, "%s", problems);
+    return -1;
 }
 
 #define TEXT_FILE_MAX_BYTES ((size_t)256 << 20) // prompt and ids files: far beyond any context
 
 // Reads a whole text file into a NUL-terminated buffer (caller frees).
+// "-" is standard input.
 char *read_text_file(const char *path, size_t *len) {
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
-    FILE *f = fopen(path, "rb");
+    int from_stdin = !strcmp(path, "-");
+    if (!from_stdin && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { fail("%s: is a directory, not a file", path); return NULL; }
+    FILE *f = from_stdin ? stdin : fopen(path, "rb");
+    if (from_stdin) path = "stdin";
     if (!f) { fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
     // checked as it is read, so that /dev/zero or an endless stream stops at once
     size_t cap = 4096, n = 0;
@@ -8979,7 +9340,7 @@ char *read_text_file(const char *path, size_t *len) {
         cap *= 2;
     }
     int read_error = ferror(f);
-    fclose(f);
+    if (!from_stdin) fclose(f);
     if (!buf) { fail("%s: out of memory", path); return NULL; }
     if (read_error || nul || too_big) {
         free(buf);
@@ -8994,10 +9355,29 @@ char *read_text_file(const char *path, size_t *len) {
 }
 
 #ifndef TESTING
+// 1 if stdin holds text that should be the prompt: a file, or a pipe with
+// text (or its end) ready within 0.1 s. A pipe with nothing in it then is
+// left alone, and said so: waiting on it could hang a program that runs us.
+static int stdin_has_text(void) {
+    struct stat st;
+    if (isatty(STDIN_FILENO) || fstat(STDIN_FILENO, &st) != 0) return 0;
+    if (S_ISREG(st.st_mode)) return st.st_size > 0;
+    if (!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode)) return 0;
+    struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+    if (poll(&p, 1, 100) == 1) return 1; // a pipeline's first bytes come within 0.1 s
+    fprintf(stderr, "run: stdin is a pipe with nothing in it yet; it is not read (the prompt is -i, or -f - to wait for stdin)\n");
+    return 0;
+}
+
 // The prompt text: -i, or -f's file without one final newline (as
 // llama.cpp reads it, so that -f and -i with the same text agree); NULL
 // with error_message.
 static char *prompt_text(const Options *o, size_t *len) {
+    if (!o->prompt && !o->prompt_file && (o->mode_bit & (MODE_GENERATE | MODE_TOKENIZE)) && stdin_has_text()) {
+        Options from_stdin = *o; // a prompt piped in is read as -f - reads it
+        from_stdin.prompt_file = "-";
+        return prompt_text(&from_stdin, len);
+    }
     if (!o->prompt_file) {
         char *text = strdup(o->prompt ? o->prompt : "");
         if (!text) fail("out of memory");
@@ -9086,13 +9466,15 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     return err;
 }
 
-// Loads the model and runs the mode.
-static int open_and_run(const Options *o, Tokenizer *tk, const char *text, size_t text_len) {
+// Loads the model and runs the mode. free_cores: 0 when the thread count
+// is fixed, else the cores free at the start (threads on a busy machine).
+static int open_and_run(const Options *o, Tokenizer *tk, const char *text, size_t text_len, int free_cores) {
     Transformer t;
     int no_forward = o->mode_bit == MODE_TOKENIZE || o->mode_bit == MODE_QUANTIZE;
     int err = no_forward ? transformer_open_mapped(&t, o->checkpoint, o->context)
                          : transformer_open_kv(&t, o->checkpoint, o->context, o->kv_type);
     if (err) return err;
+    if (free_cores > 0) threads_adapt(&t, threads_available(), free_cores);
     if (o->context > t.config.seq_len) // -c only shortens: positions past training are not computed right
         fprintf(stderr, "run: -c %d is more than the model's context of %d positions; using %d\n", o->context,
                 t.config.seq_len, t.config.seq_len);
@@ -9113,6 +9495,24 @@ static int open_and_run(const Options *o, Tokenizer *tk, const char *text, size_
     return err;
 }
 
+// --version: the version, and what this build computes with.
+static void print_version(void) {
+    printf("run.c %s\n", RUN_VERSION);
+    printf("build: %s kernels, ", SIMD_NAME);
+#ifdef _OPENMP
+    printf("OpenMP (%d threads here), ", threads_available());
+#else
+    printf("no OpenMP (one thread), ");
+#endif
+    printf("%s, %s%s\n", HAVE_LINUX ? "Linux" : "plain POSIX", HAVE_AMX ? "AMX, " : "",
+#ifdef __VERSION__
+           "compiler " __VERSION__
+#else
+           "compiler unknown"
+#endif
+    );
+}
+
 // Output that could not be all written (a full disk, say) is an error,
 // except into a closed pipe: its reader took all it wanted.
 static int check_stdout(void) {
@@ -9131,9 +9531,15 @@ int main(int argc, char **argv) {
     Options o;
     int parsed = parse_args(&o, argc, argv);
     if (parsed == ARGS_HELP) { usage(stdout); return 0; }
+    if (parsed == ARGS_VERSION) { print_version(); return 0; }
     if (parsed != ARGS_OK) {
         fprintf(stderr, "run: %s (run -h for usage)\n", error_message);
         return 2;
+    }
+    for (const char *note = o.notes; *note;) { // a line each
+        size_t len = strcspn(note, "\n");
+        fprintf(stderr, "run: %.*s\n", (int)len, note);
+        note += len + (note[len] == '\n');
     }
 #ifdef _OPENMP
     if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -9154,7 +9560,9 @@ int main(int argc, char **argv) {
                           : tokenizer_open(&tk, o.checkpoint, 0);
         if (!err) err = tokenize_mode(&tk, text, text_len);
     } else if (!err) {
-        err = open_and_run(&o, &tk, text, text_len);
+        // the count adapts unless fixed; bench measures the count it is given
+        int fixed = o.threads > 0 || getenv("OMP_NUM_THREADS") || o.mode_bit == MODE_BENCH;
+        err = open_and_run(&o, &tk, text, text_len, fixed ? 0 : cores_free(threads_available(), 3));
     }
     tokenizer_close(&tk);
     free(text);

@@ -5002,8 +5002,178 @@ static void test_progress(void) {
     report(name, !strcmp(got, want), "wrote %s", quoted(got, n, shown, sizeof shown));
 }
 
+// Stand-ins for cores_free in the thread choice's test: a machine with one
+// core taken, and an idle one.
+static int one_core_free(int cores, int looks) { (void)cores, (void)looks; return 1; }
+static int all_cores_free(int cores, int looks) { (void)looks; return cores; }
+
+// The thread count's choice on made-up step times (2 cores): a machine
+// that turns busy moves the steps to one thread within a few steps; while
+// the cores stay taken no step tries two again, and the waits double; once
+// idle again, a try of two threads that is faster moves the steps back.
+static void test_thread_choice(void) {
+    const char *name = "threads on a busy machine: to one thread when a core is taken, back to two when it is free";
+    ThreadChoice tc = {.adapt = 1, .count = {1, 2}, .now = 1, .wait = 0.5, .next_try = 0.5};
+    double t = 0;
+    int ok = 1, step;
+    char at[160] = "";
+    for (step = 0; step < 20; step++) { // idle: 1 ms a step on two threads
+        ok &= threads_next(&tc, t, all_cores_free) == 2;
+        threads_record(&tc, 1e-3, t += 1e-3);
+    }
+    if (!ok) format_text(at, sizeof at, "idle steps left two threads");
+    // a core is taken: two threads take 10 ms a step, one thread 2 ms
+    for (step = 0; step < 10 && ok; step++) {
+        int n = threads_next(&tc, t, one_core_free);
+        double took = n == 2 ? 10e-3 : 2e-3;
+        threads_record(&tc, took, t += took);
+    }
+    if (ok && (tc.now != 0 || tc.trying)) { ok = 0; format_text(at, sizeof at, "still on two threads after 10 busy steps"); }
+    double first_wait = tc.wait;
+    for (step = 0; step < 3000 && ok; step++) { // 6 s busy: no step on two threads
+        if (threads_next(&tc, t, one_core_free) != 1) { ok = 0; format_text(at, sizeof at, "tried two threads while busy"); }
+        threads_record(&tc, 2e-3, t += 2e-3);
+    }
+    if (ok && !(tc.wait >= 4 * first_wait)) { ok = 0; format_text(at, sizeof at, "the waits did not grow: %.2f s", tc.wait); }
+    int back = -1; // idle again: two threads 1 ms, one thread 2 ms
+    for (step = 0; step < 10000 && ok && back < 0; step++) {
+        int n = threads_next(&tc, t, all_cores_free);
+        double took = n == 2 ? 1e-3 : 2e-3;
+        threads_record(&tc, took, t += took);
+        if (tc.now == 1 && !tc.trying) back = step;
+    }
+    if (ok && back < 0) { ok = 0; format_text(at, sizeof at, "never moved back to two threads"); }
+    report(name, ok, "%s%s", at, ok ? "moved back after the machine turned idle" : "");
+    Transformer model = {0};
+    threads_adapt(&model, 4, 3); // one of four cores taken at the start: three threads, or four
+    int busy_start = model.threads[0].now == 0 && model.threads[0].count[0] == 3 && model.threads[1].count[1] == 4;
+    threads_adapt(&model, 2, 2);
+    int idle_start = model.threads[1].now == 1 && model.threads[1].count[0] == 1 && model.threads[0].adapt;
+    threads_adapt(&model, 1, 1);
+    report("threads: the start is on the free cores (3 of 4 busy, 2 of 2 idle), and one core never adapts",
+           busy_start && idle_start && !model.threads[0].adapt, "busy start %d, idle start %d", busy_start, idle_start);
+}
+
+/* ----------------------------------------------------------------------------
+   llama.cpp's habits: a hint for each, never a silent other meaning */
+
+// Runs ./run with the arguments that follow (NULL-terminated) and checks
+// its exit status, that stderr has at least min_lines lines, and that it
+// holds every one of words (NULL-terminated after the arguments' NULL).
+static void expect_hint(const char *name, int status, int min_lines, const char *const *args, const char *const *words) {
+    CliResult r;
+    char *argv[24];
+    int n = 0;
+    for (; args[n] && n < 23; n++) argv[n] = (char *)args[n];
+    argv[n] = NULL;
+    char out_path[PATH_SIZE], err_path[PATH_SIZE], err[300], got[64];
+    format_text(out_path, sizeof out_path, "%s/cli.out", tmp_dir);
+    format_text(err_path, sizeof err_path, "%s/cli.err", tmp_dir);
+    char *full[32];
+    int k = 0;
+    for (int i = 0; i < run_command_len; i++) full[k++] = run_command[i];
+    for (int i = 0; i < n && k < 31; i++) full[k++] = argv[i];
+    full[k] = NULL;
+    r.status = spawn_input(full, NULL, out_path, err_path, 120);
+    load_file(out_path, &r.out);
+    load_file(err_path, &r.err);
+    if (!r.out.data) r.out = (Bytes){strdup(""), 0};
+    if (!r.err.data) r.err = (Bytes){strdup(""), 0};
+    const char *missing = NULL;
+    for (int i = 0; words[i] && !missing; i++)
+        if (!strstr(r.err.data, words[i])) missing = words[i];
+    report(name, r.status == status && count_lines(&r.err) >= min_lines && !missing, "%s, %d lines, stderr %s%s%s",
+           status_text(r.status, got, sizeof got), count_lines(&r.err), quoted(r.err.data, r.err.len, err, sizeof err),
+           missing ? ", lacks " : "", missing ? missing : "");
+    cli_free(&r);
+}
+
+static void test_llama_cpp_habits(const CliFiles *f) {
+    const char *m = f->stories, *z = f->tok512;
+    expect_hint("habits: -t 4 is still the temperature, with a notice that threads are --threads", 0, 1,
+                (const char *[]){m, "-z", z, "-t", "4", "-n", "8", "-s", "1", NULL}, (const char *[]){"--threads", "temperature", NULL});
+    expect_hint("habits: one run names every usage error (-m x, -p Hello, -t given twice), threads named --threads", 2, 3,
+                (const char *[]){m, "-m", "x", "-p", "Hello", "-n", "32", "--temp", "0.7", "-c", "2048", "-t", "2", NULL},
+                (const char *[]){"-m: unknown mode", "-p", "--threads", NULL});
+    static const char *const hints[][3] = { // flag, its value or NULL, what the hint names
+        {"-cnv", NULL, "-m chat"}, {"--interactive", NULL, "-m chat"}, {"-ngl", "99", "CPU"},
+        {"--n-gpu-layers", "99", "CPU"}, {"--n-predict", "32", "-n"}, {"--ctx", "128", "-c"},
+        {"--temprature", "0.5", "--temp"}, {"--top_k", "3", "--top-k"}, {"--seeed", "3", "--seed"},
+        {"--model", "x.gguf", "first argument"},
+    };
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
+        char name[160];
+        format_text(name, sizeof name, "habits: %s%s%s is refused naming %s", hints[i][0], hints[i][1] ? " " : "",
+                    hints[i][1] ? hints[i][1] : "", hints[i][2]);
+        expect_hint(name, 2, 1, (const char *[]){m, "-z", z, hints[i][0], hints[i][1], NULL},
+                    (const char *[]){hints[i][0], hints[i][2], NULL});
+    }
+    expect_hint("habits: a bare second argument that is no file is suggested as -i", 2, 1,
+                (const char *[]){m, "Once upon a time", NULL}, (const char *[]){"-i", "Once upon a time", NULL});
+    expect_hint("habits: --version prints the version and the build", 0, 0, (const char *[]){"--version", NULL},
+                (const char *[]){NULL});
+    CliResult a, b;
+    char got[64], err[256];
+    cli(&a, "-n", "12", "-t", "0", m, "-z", z, NULL);
+    cli(&b, m, "-z", z, "-n", "12", "-t", "0", NULL);
+    report("habits: options before the model work, as after it", a.status == 0 && a.out.len > 0 && a.out.len == b.out.len &&
+           !memcmp(a.out.data, b.out.data, a.out.len), "%s, stdout %s", status_text(a.status, got, sizeof got),
+           quoted(a.out.data, a.out.len, err, sizeof err));
+    cli_free(&a);
+    cli_free(&b);
+    cli(&a, "--version", NULL);
+    report("habits: --version says run.c and whether OpenMP is in", a.status == 0 && strstr(a.out.data, "run.c") &&
+           strstr(a.out.data, "OpenMP"), "stdout %s", quoted(a.out.data, a.out.len, err, sizeof err));
+    cli_free(&a);
+    // a prompt on stdin: used, as -f - reads it
+    save_file("build/tmp/stdin-prompt.txt", "Lily and Ben", 12);
+    cli_input(&a, "build/tmp/stdin-prompt.txt", m, "-z", z, "-n", "20", "-t", "0", NULL);
+    cli(&b, m, "-z", z, "-n", "20", "-t", "0", "-i", "Lily and Ben", NULL);
+    report("habits: a prompt on stdin (generate, no -i) is the prompt, as -i gives it",
+           a.status == 0 && a.out.len == b.out.len && !memcmp(a.out.data, b.out.data, a.out.len) && !strncmp(a.out.data, "Lily and Ben", 12),
+           "stdout %s", quoted(a.out.data, a.out.len, err, sizeof err));
+    cli_free(&a);
+    cli_input(&a, "build/tmp/stdin-prompt.txt", m, "-z", z, "-m", "tokenize", "-f", "-", NULL);
+    cli(&b, m, "-z", z, "-m", "tokenize", "-i", "Lily and Ben", NULL);
+    report("habits: -f - reads the prompt from stdin", a.status == 0 && a.out.len == b.out.len && a.out.len > 0 &&
+           !memcmp(a.out.data, b.out.data, a.out.len), "stdout %s", quoted(a.out.data, a.out.len, err, sizeof err));
+    cli_free(&a);
+    cli_free(&b);
+#ifndef _OPENMP
+    expect_hint("habits: --threads 2 without OpenMP is a notice, and the run goes on", 0, 1,
+                (const char *[]){m, "-z", z, "--threads", "2", "-n", "4", NULL}, (const char *[]){"one thread", NULL});
+#endif
+}
+
+// A GGUF file cut short anywhere says "truncated" and the file's size.
+static void test_gguf_truncated(void) {
+    char src[PATH_SIZE];
+    data_path(src, "models/gguf/stories260K_f32.gguf");
+    Bytes whole;
+    if (load_file(src, &whole) != 0) { report("GGUF cut short: every cut says truncated", 0, "cannot read %s", src); return; }
+    static const size_t cuts[] = {10, 30, 200, 5000, 12000, 20000, 600000};
+    int bad = 0;
+    char first[300] = "", err[256];
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        char size[32];
+        format_text(size, sizeof size, "%zu bytes", cuts[i]);
+        save_file("build/bad/cut.gguf", whole.data, cuts[i]);
+        CliResult r;
+        cli(&r, "build/bad/cut.gguf", "-n", "2", NULL);
+        int ok = r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "truncated") &&
+                 strstr(r.err.data, size);
+        if (!ok && !bad++) format_text(first, sizeof first, "cut at %zu: %s", cuts[i], quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
+    bytes_free(&whole);
+    report("GGUF cut short at 7 places (header, counts, metadata, tensor infos, data): each says truncated and the size",
+           !bad, "%s", first);
+}
+
 static void new_user_tests(void) {
     test_progress();
+    test_gguf_truncated();
+    test_thread_choice();
     CliFiles f;
     if (cli_files_init(&f, "first runs: fixtures") != 0) return;
     test_newline_before_timing(&f);
@@ -5016,6 +5186,7 @@ static void new_user_tests(void) {
     test_endless_input(&f);
     test_culprit_named(&f);
     test_interrupted_outputs(&f);
+    test_llama_cpp_habits(&f);
     test_chat_blank_system_and_first(&f);
     test_fifo_inputs(&f);
     test_foreign_models(&f);
@@ -8063,6 +8234,12 @@ static void export_tests(void) {
                !strstr(r.err.data, "Traceback") && executable,
            "%s, stderr %s, %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err),
            executable ? "executable" : "not executable or no shebang");
+    cli_free(&r);
+    python(&r, "-S", export_py, "--help", NULL);
+    report("export.py --help without numpy: the usage, status 0",
+           r.status == 0 && strstr(r.out.data, "--tokenizer") && strstr(r.out.data, "--hf") && r.err.len == 0,
+           "%s, stdout %s, stderr %s", status_text(r.status, status, sizeof status),
+           quoted(r.out.data, r.out.len, err, 128), quoted(r.err.data, r.err.len, err + 128, 128));
     cli_free(&r);
     mkdir("build/export", 0755);
     data_path(stories, "models/stories260K/stories260K.bin");
