@@ -179,36 +179,27 @@ typedef struct {
     double started;     // when this step started
 } ThreadChoice;
 
-// Activations for one position, and the KV cache for all positions so far.
+// Activations for a step of up to BATCH positions (one in generation, a
+// block in prefill; each position a row), and the KV cache for all
+// positions so far.
 typedef struct {
-    float *x;           // (dim) the residual stream
-    float *xb;          // (dim) normed input / attention output
-    float *xb2;         // (dim) a second dim-sized buffer
-    float *hb;          // (hidden_dim) gate
-    float *hb2;         // (hidden_dim) up
-    float *q;           // (n_heads*head_size) query of the current position
+    float *x;           // (BATCH, dim) the residual stream
+    float *xb;          // (BATCH, dim) normed input / attention output
+    float *xb2;         // (BATCH, dim) a second dim-sized buffer
+    float *hb;          // (BATCH, hidden_dim) gate
+    float *hb2;         // (BATCH, hidden_dim) up
+    float *q;           // (BATCH, n_heads*head_size) queries
+    float *k;           // (BATCH, kv_dim) keys, before they are stored
+    float *v;           // (BATCH, kv_dim) and values
+    float *rope_cos;    // (BATCH, head_size/2) each position's rotation
+    float *rope_sin;    // (BATCH, head_size/2)
     float *att;         // (n_heads, seq_len) attention scores
-    float *rope_cos;    // (head_size/2) rotation of the current position
-    float *rope_sin;    // (head_size/2)
-    float *logits;      // (vocab_size)
+    float *logits;      // (vocab_size) the last position's
     float *key_cache;   // (n_layers, n_kv_heads, seq_len, head_size), or NULL with an fp16 cache:
     float *value_cache; // (n_layers, n_kv_heads, seq_len, head_size)
     uint16_t *key_cache_f16;   // (n_layers, n_kv_heads, seq_len, head_size) with --kv f16, else NULL
     uint16_t *value_cache_f16; // (n_layers, n_kv_heads, seq_len, head_size)
     void *key_block, *value_block; // the allocations the caches lie in (to free)
-    float *k;           // (kv_dim) the key of the current position, before it is stored
-    float *v;           // (kv_dim) and the value
-    // prefill: the same for a block of up to BATCH positions, one row each
-    float *bx;          // (BATCH, dim)
-    float *bxb;         // (BATCH, dim)
-    float *bxb2;        // (BATCH, dim)
-    float *bq;          // (BATCH, n_heads*head_size)
-    float *bhb;         // (BATCH, hidden_dim)
-    float *bhb2;        // (BATCH, hidden_dim)
-    float *brope_cos;   // (BATCH, head_size/2)
-    float *brope_sin;   // (BATCH, head_size/2)
-    float *bk;          // (BATCH, kv_dim) with the fp16 cache: keys before they are stored
-    float *bv;          // (BATCH, kv_dim) and values
     MatmulScratch mm;   // the matrix products' own scratch
 } RunState;
 
@@ -278,16 +269,18 @@ static void *cache_aligned(size_t n, size_t size, void **block) {
 
 // kv_type: TYPE_F32 or TYPE_F16, the KV cache's.
 static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
-    size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c);
-    s->x = zeros_aligned((size_t)c->dim, sizeof(float));
-    s->xb = zeros_aligned((size_t)c->dim, sizeof(float));
-    s->xb2 = zeros_aligned((size_t)c->dim, sizeof(float));
-    s->hb = zeros_aligned((size_t)c->hidden_dim, sizeof(float));
-    s->hb2 = zeros_aligned((size_t)c->hidden_dim, sizeof(float));
-    s->q = zeros_aligned((size_t)c->n_heads * c->head_size, sizeof(float));
+    size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c), rows = BATCH;
+    s->x = zeros_aligned(rows * c->dim, sizeof(float));
+    s->xb = zeros_aligned(rows * c->dim, sizeof(float));
+    s->xb2 = zeros_aligned(rows * c->dim, sizeof(float));
+    s->hb = zeros_aligned(rows * c->hidden_dim, sizeof(float));
+    s->hb2 = zeros_aligned(rows * c->hidden_dim, sizeof(float));
+    s->q = zeros_aligned(rows * c->n_heads * c->head_size, sizeof(float));
+    s->k = zeros_aligned(rows * kv_dim(c), sizeof(float));
+    s->v = zeros_aligned(rows * kv_dim(c), sizeof(float));
+    s->rope_cos = zeros_aligned(rows * c->head_size / 2, sizeof(float));
+    s->rope_sin = zeros_aligned(rows * c->head_size / 2, sizeof(float));
     s->att = zeros_aligned((size_t)c->n_heads * c->seq_len, sizeof(float));
-    s->rope_cos = zeros_aligned((size_t)c->head_size / 2, sizeof(float));
-    s->rope_sin = zeros_aligned((size_t)c->head_size / 2, sizeof(float));
     s->logits = zeros_aligned((size_t)c->vocab_size, sizeof(float));
     int f16 = kv_type == TYPE_F16;
     size_t kv_size = f16 ? sizeof(uint16_t) : sizeof(float);
@@ -296,33 +289,17 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->value_cache = f16 ? NULL : values;
     s->key_cache_f16 = f16 ? keys : NULL;
     s->value_cache_f16 = f16 ? values : NULL;
-    s->k = zeros_aligned((size_t)kv_dim(c), sizeof(float));
-    s->v = zeros_aligned((size_t)kv_dim(c), sizeof(float));
-    s->bk = zeros_aligned((size_t)BATCH * kv_dim(c), sizeof(float));
-    s->bv = zeros_aligned((size_t)BATCH * kv_dim(c), sizeof(float));
-    s->bx = zeros_aligned((size_t)BATCH * c->dim, sizeof(float));
-    s->bxb = zeros_aligned((size_t)BATCH * c->dim, sizeof(float));
-    s->bxb2 = zeros_aligned((size_t)BATCH * c->dim, sizeof(float));
-    s->bq = zeros_aligned((size_t)BATCH * c->n_heads * c->head_size, sizeof(float));
-    s->bhb = zeros_aligned((size_t)BATCH * c->hidden_dim, sizeof(float));
-    s->bhb2 = zeros_aligned((size_t)BATCH * c->hidden_dim, sizeof(float));
-    s->brope_cos = zeros_aligned((size_t)BATCH * c->head_size / 2, sizeof(float));
-    s->brope_sin = zeros_aligned((size_t)BATCH * c->head_size / 2, sizeof(float));
     int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->rope_cos ||
-        !s->rope_sin || !s->logits || !keys || !values ||
-        !s->k || !s->v || !s->bk || !s->bv || !s->bx || !s->bxb || !s->bxb2 ||
-        !s->bq || !s->bhb || !s->bhb2 || !s->brope_cos || !s->brope_sin || alloc_matmul_scratch(&s->mm, max_cols) != 0)
+    if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->rope_cos ||
+        !s->rope_sin || !s->att || !s->logits || !keys || !values || alloc_matmul_scratch(&s->mm, max_cols) != 0)
         return -1;
     return 0;
 }
 
 static void free_run_state(RunState *s) {
-    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->att);
-    free(s->rope_cos); free(s->rope_sin); free(s->logits); free(s->key_block); free(s->value_block);
-    free(s->bx); free(s->bxb); free(s->bxb2); free(s->bq); free(s->bhb); free(s->bhb2);
-    free(s->brope_cos); free(s->brope_sin); free_matmul_scratch(&s->mm);
-    free(s->k); free(s->v); free(s->bk); free(s->bv);
+    free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
+    free(s->rope_cos); free(s->rope_sin); free(s->att); free(s->logits);
+    free(s->key_block); free(s->value_block); free_matmul_scratch(&s->mm);
     memset(s, 0, sizeof *s);
 }
 
@@ -510,148 +487,109 @@ static void store_kv(RunState *s, const Config *c, int l, int pos, const float *
         }
 }
 
-float *forward(Transformer *t, int token, int pos) {
-    const Config *c = &t->config;
-    const TransformerWeights *w = &t->weights;
-    RunState *s = &t->state;
-    int dim = c->dim, hs = c->head_size, kvd = kv_dim(c);
-    t->n_forward++;
-    threads_begin(&t->threads[0]); // how many threads: the engine room times the steps
-    if (t->trace) fprintf(t->trace, "%d\n", token);
-
-    dequantize_row(s->x, &w->token_embedding, token);
-    rope_angles(s->rope_cos, s->rope_sin, pos, c, w->rope_freqs);
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *lw = &w->layers[l];
-        float *k = s->k, *v = s->v;
-
-        // attention: q, k, v for this position; k and v then go into the cache
-        rmsnorm(s->xb, s->x, lw->rms_att, dim, c->norm_eps);
-        matmul_shared((float *[]){s->q, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, 1, &s->mm);
-        add_bias(s->q, lw->bq, 1, c->n_heads * hs);
-        add_bias(k, lw->bk, 1, kvd);
-        add_bias(v, lw->bv, 1, kvd);
-        rope(s->q, c->n_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
-        rope(k, c->n_kv_heads, hs, c->rope_neox, s->rope_cos, s->rope_sin);
-        store_kv(s, c, l, pos, k, v, 1);
-        attention_layer(t, l, pos, 1, s->q, s->xb, (size_t)dim);
-        matmul(s->xb2, s->xb, 1, &lw->wo, &s->mm);
-        for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
-
-        // feed-forward: w2 (silu(w1 x) * w3 x)
-        rmsnorm(s->xb, s->x, lw->rms_ffn, dim, c->norm_eps);
-        matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, 1, &s->mm);
-        swiglu(s->hb, s->hb2, c->hidden_dim);
-        matmul(s->xb2, s->hb, 1, &lw->w2, &s->mm);
-        for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
-    }
-    rmsnorm(s->x, s->x, w->rms_final, dim, c->norm_eps);
-    matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
-    threads_end(&t->threads[0], 1);
-    return s->logits;
-}
-
-/* Batched forward (prefill): n tokens at positions pos..pos+n-1, BATCH at
-   a time. Every matrix multiplies a whole block of positions at once, so
-   its weights are read once per block; each position attends causally to
-   the cache, which already holds the block's earlier positions. Same
-   arithmetic as forward, up to the order of additions. */
-
 // x += y over n values.
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-// rmsnorm of each of n rows of dim values, the rows split across the threads.
+// rmsnorm of each of n rows of dim values, the rows split across the
+// threads when there are several.
 static void rmsnorm_rows(float *out, const float *x, const float *weight, int n, int dim, float eps) {
     int i;
-    #pragma omp parallel for private(i) schedule(static)
+    #pragma omp parallel for private(i) schedule(static) if (n > 1)
     for (i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, weight, dim, eps);
 }
 
 // The SwiGLU gate on each of n rows of hidden_dim values, likewise.
 static void swiglu_rows(float *hb, const float *hb2, int n, int hidden_dim) {
     int i;
-    #pragma omp parallel for private(i) schedule(static)
+    #pragma omp parallel for private(i) schedule(static) if (n > 1)
     for (i = 0; i < n; i++) swiglu(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
 }
 
-// One block of n <= BATCH positions. logits_out: NULL, or (n, vocab_size)
-// for every position's logits; want_last: the last position's logits go to
-// state.logits (when logits_out is NULL).
+// RoPE on each of n positions' queries and keys, likewise.
+static void rope_rows(RunState *s, const Config *c, int n) {
+    int hs = c->head_size, q_dim = c->n_heads * hs, kvd = kv_dim(c), i;
+    #pragma omp parallel for private(i) schedule(static) if (n > 1)
+    for (i = 0; i < n; i++) {
+        const float *cos_t = s->rope_cos + (size_t)i * hs / 2, *sin_t = s->rope_sin + (size_t)i * hs / 2;
+        rope(s->q + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
+        rope(s->k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
+    }
+}
+
+/* The forward pass over n <= BATCH positions at pos..pos+n-1: one in
+   generation, a block of the prompt in prefill. Every matrix multiplies
+   the whole block at once, so its weights are read once per block; each
+   position attends causally to the cache, which already holds the block's
+   earlier positions. Each row of the buffers is one position.
+   logits_out: NULL, or (n, vocab_size) for every position's logits;
+   want_last: the last position's logits go to state.logits (when
+   logits_out is NULL). */
 static void forward_block(Transformer *t, const int *tokens, int n, int pos, float *logits_out, int want_last) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
     RunState *s = &t->state;
     int dim = c->dim, hs = c->head_size, kvd = kv_dim(c), q_dim = c->n_heads * hs;
     t->n_forward += n;
-    threads_begin(&t->threads[1]);
+    threads_begin(&t->threads[n > 1]); // how many threads: the engine room times the steps
     for (int i = 0; i < n; i++) {
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
-        dequantize_row(s->bx + (size_t)i * dim, &w->token_embedding, tokens[i]);
-        rope_angles(s->brope_cos + (size_t)i * hs / 2, s->brope_sin + (size_t)i * hs / 2, pos + i, c, w->rope_freqs);
+        dequantize_row(s->x + (size_t)i * dim, &w->token_embedding, tokens[i]);
+        rope_angles(s->rope_cos + (size_t)i * hs / 2, s->rope_sin + (size_t)i * hs / 2, pos + i, c, w->rope_freqs);
     }
 
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
-        float *k = s->bk, *v = s->bv; // (n, kv_dim)
 
-        // attention: q, k, v for the block; k and v then go into the cache
-        rmsnorm_rows(s->bxb, s->bx, lw->rms_att, n, dim, c->norm_eps);
-        matmul_shared((float *[]){s->bq, k, v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->bxb, n, &s->mm);
-        add_bias(s->bq, lw->bq, n, q_dim);
-        add_bias(k, lw->bk, n, kvd);
-        add_bias(v, lw->bv, n, kvd);
-        int i;
-        #pragma omp parallel for private(i) schedule(static)
-        for (i = 0; i < n; i++) {
-            const float *cos_t = s->brope_cos + (size_t)i * hs / 2, *sin_t = s->brope_sin + (size_t)i * hs / 2;
-            rope(s->bq + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
-            rope(k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
-        }
-        store_kv(s, c, l, pos, k, v, n);
-        attention_layer(t, l, pos, n, s->bq, s->bxb, (size_t)dim);
-        matmul(s->bxb2, s->bxb, n, &lw->wo, &s->mm);
-        add_rows(s->bx, s->bxb2, (size_t)n * dim);
+        // attention: q, k, v for every position; k and v then go into the cache
+        rmsnorm_rows(s->xb, s->x, lw->rms_att, n, dim, c->norm_eps);
+        matmul_shared((float *[]){s->q, s->k, s->v}, (const Matrix *[]){&lw->wq, &lw->wk, &lw->wv}, 3, s->xb, n, &s->mm);
+        add_bias(s->q, lw->bq, n, q_dim);
+        add_bias(s->k, lw->bk, n, kvd);
+        add_bias(s->v, lw->bv, n, kvd);
+        rope_rows(s, c, n);
+        store_kv(s, c, l, pos, s->k, s->v, n);
+        attention_layer(t, l, pos, n, s->q, s->xb, (size_t)dim);
+        matmul(s->xb2, s->xb, n, &lw->wo, &s->mm);
+        add_rows(s->x, s->xb2, (size_t)n * dim);
 
         // feed-forward: w2 (silu(w1 x) * w3 x)
-        rmsnorm_rows(s->bxb, s->bx, lw->rms_ffn, n, dim, c->norm_eps);
-        matmul_shared((float *[]){s->bhb, s->bhb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->bxb, n, &s->mm);
-        swiglu_rows(s->bhb, s->bhb2, n, c->hidden_dim);
-        matmul(s->bxb2, s->bhb, n, &lw->w2, &s->mm);
-        add_rows(s->bx, s->bxb2, (size_t)n * dim);
+        rmsnorm_rows(s->xb, s->x, lw->rms_ffn, n, dim, c->norm_eps);
+        matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, n, &s->mm);
+        swiglu_rows(s->hb, s->hb2, n, c->hidden_dim);
+        matmul(s->xb2, s->hb, n, &lw->w2, &s->mm);
+        add_rows(s->x, s->xb2, (size_t)n * dim);
     }
 
     // the classifier only where logits are wanted
     if (logits_out) {
-        rmsnorm_rows(s->bx, s->bx, w->rms_final, n, dim, c->norm_eps);
-        matmul(logits_out, s->bx, n, &w->wcls, &s->mm);
+        rmsnorm_rows(s->x, s->x, w->rms_final, n, dim, c->norm_eps);
+        matmul(logits_out, s->x, n, &w->wcls, &s->mm);
     } else if (want_last) {
-        rmsnorm(s->x, s->bx + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
-        matmul(s->logits, s->x, 1, &w->wcls, &s->mm);
+        rmsnorm(s->xb, s->x + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
+        matmul(s->logits, s->xb, 1, &w->wcls, &s->mm);
     }
-    threads_end(&t->threads[1], n);
+    threads_end(&t->threads[n > 1], n);
 }
 
-// Feeds tokens[0..n) at positions pos..pos+n-1 (pos + n <= seq_len) and
-// returns the last position's logits. logits_out: NULL, or (n, vocab_size)
-// when every position's logits are wanted (the return value then points at
-// its last row).
+// Feeds tokens[0..n) at positions pos..pos+n-1 (pos + n <= seq_len), BATCH
+// at a time, and returns the last position's logits. logits_out: NULL, or
+// (n, vocab_size) when every position's logits are wanted (the return value
+// then points at its last row).
 float *forward_batch(Transformer *t, const int *tokens, int n, int pos, float *logits_out) {
     size_t vocab = (size_t)t->config.vocab_size;
-    if (n == 1) { // a single position: the matrix-vector path is faster
-        float *logits = forward(t, tokens[0], pos);
-        if (!logits_out) return logits;
-        memcpy(logits_out, logits, vocab * sizeof(float));
-        return logits_out;
-    }
     for (int done = 0; done < n; done += BATCH) {
         int block = n - done < BATCH ? n - done : BATCH;
         forward_block(t, tokens + done, block, pos + done, logits_out ? logits_out + done * vocab : NULL,
                       done + block == n);
     }
     return logits_out ? logits_out + (size_t)(n - 1) * vocab : t->state.logits;
+}
+
+// One token at position pos (generation): its logits.
+float *forward(Transformer *t, int token, int pos) {
+    return forward_batch(t, &token, 1, pos, NULL);
 }
 
 /* ----------------------------------------------------------------------------
