@@ -3247,17 +3247,19 @@ static void test_frequencies(void) {
     const int draws = 200000;
     double p[8];
     long count[8] = {0};
-    float copy[8];
+    float *copy = malloc(sizeof logits); // on the heap, as a model's logits are
+    if (!copy) { report("sampler: frequencies match softmax", 0, "out of memory"); return; }
     ref_softmax(logits, 8, 1.0, p);
     Sampler s;
     sampler_init(&s, 8, sampling(1.0f, 1.0f, 0, 0.0f), 2024);
     int out_of_range = 0;
     for (int i = 0; i < draws; i++) {
-        memcpy(copy, logits, sizeof copy);
+        memcpy(copy, logits, sizeof logits);
         int t = sample(&s, copy, NULL, 0);
         if (t < 0 || t >= 8) out_of_range++;
         else count[t]++;
     }
+    free(copy);
     sampler_free(&s);
     double worst = 0;
     int worst_token = 0;
@@ -8458,7 +8460,7 @@ static void compare_data_dir(const char *repo_dir, const char *prefix, int *comp
         }
         if (!strcmp(names.names[i], "README.md")) continue; // each directory's own provenance
         if (!file_exists(theirs)) { (*own)++; continue; }
-        Bytes a, b;
+        Bytes a = {0}, b = {0};
         if (load_file(mine, &a) != 0 || load_file(theirs, &b) != 0) {
             set_problem(problem, size, "cannot read %s or %s", mine, theirs);
         } else if (a.len == b.len && memcmp(a.data, b.data, a.len) == 0) {
@@ -8496,7 +8498,7 @@ static void test_committed_data(void) {
     if (!have_shared) { skip(name, "no shared directory to compare with"); return; }
     char problem[512] = "", mine[PATH_SIZE], theirs[PATH_SIZE];
     int compared = 0, own = 0;
-    Bytes a, b;
+    Bytes a = {0}, b = {0};
     format_text(mine, sizeof mine, "%s/tokenizer.bin", repo_root);
     format_text(theirs, sizeof theirs, "%s/models/llama2/tokenizer.bin", shared);
     if (load_file(mine, &a) != 0 || load_file(theirs, &b) != 0 || a.len != b.len || memcmp(a.data, b.data, a.len))
@@ -8519,10 +8521,56 @@ static void test_committed_data(void) {
            problem, problem[0] ? "; " : "", compared, own);
 }
 
+// Quantize's failures and long output names: files the CLI tests leave.
+static void output_tests(void) {
+    test_quantize_failure_leaves_nothing();
+    char stories[PATH_SIZE];
+    data_path(stories, "models/stories260K/stories260K.bin");
+    test_long_output_name(stories);
+}
+
+// The groups, by subsystem; ./test_all GROUP... runs only those.
+static const struct {
+    const char *name;
+    void (*run)(void);
+    const char *what;
+} groups[] = {
+    {"data", test_committed_data, "the repository's copies of the shared data"},
+    {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids"},
+    {"forward", forward_tests, "logits against llama.cpp's, the formats' loaders, reference forward passes"},
+    {"kernels", kernel_tests, "every fast kernel against its plain twin, the dispatch, quantization, prefill"},
+    {"sampler", sampler_tests, "sampling: greedy, temperature, top-p, top-k, min-p, penalties"},
+    {"generation", generation_tests, "generate: the reference greedy text, prompts, the context"},
+    {"cli", cli_tests, "the command line: flags, modes, bad files and input"},
+    {"hostile", hostile_tests, "hostile input: cut files, full disks, signals, closed pipes"},
+    {"first-runs", new_user_tests, "what a new user meets: notices, llama.cpp's habits, threads, progress"},
+    {"chat", chat_tests, "chat: Llama 2 turns, the context, the KV cache across turns"},
+    {"gguf", gguf_tests, "GGUF: logits of every weight type, vocabularies, damaged files"},
+    {"bpe", bpe_tests, "byte-level BPE (Llama 3, Qwen): ids against llama.cpp and Hugging Face"},
+    {"eog", eog_tests, "end of generation: each vocabulary's end tokens"},
+    {"rope", rope_tests, "RoPE scaling (rope_freqs, linear) and the qwen2 architecture"},
+    {"templates", template_tests, "chat templates against Hugging Face's renderings"},
+    {"output", output_tests, "quantize's output files"},
+    {"export", export_tests, "export.py (Debian's python3 with numpy), in a child process beside the others"},
+};
+enum { N_GROUPS = sizeof groups / sizeof groups[0] };
+
 int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc > 1 && strcmp(argv[1], "--bus-error-child") == 0) bus_error_child(); // exits
-    if (argc > 1) shared = argv[1];
+    int chosen[N_GROUPS] = {0}, any_chosen = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--list")) {
+            for (int g = 0; g < N_GROUPS; g++) printf("%-11s %s\n", groups[g].name, groups[g].what);
+            return 0;
+        }
+        int g = 0;
+        while (g < N_GROUPS && strcmp(argv[i], groups[g].name) != 0) g++;
+        if (g < N_GROUPS) { chosen[g] = any_chosen = 1; continue; }
+        if (strchr(argv[i], '/') || dir_exists(argv[i])) { shared = argv[i]; continue; } // the shared directory
+        fprintf(stderr, "test_all: %s: neither a group (./test_all --list) nor a directory\n", argv[i]);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     run_command_init();
     mkdir("build", 0755);
@@ -8536,31 +8584,15 @@ int main(int argc, char **argv) {
     if (!have_shared)
         printf("note: no shared directory at %s: the repository's own cases run, and the tests that need the "
                "larger shared files are counted as skipped\n", shared);
-    test_committed_data();
 
     double start = seconds_now();
     build_mkmodel(); // once, before the child, which would build it too
-    ChildGroup export;
-    start_child_group(&export, "export_tests", export_tests);
-    tokenizer_tests();
-    forward_tests();
-    kernel_tests();
-    sampler_tests();
-    generation_tests();
-    cli_tests();
-    hostile_tests();
-    new_user_tests();
-    chat_tests();
-    gguf_tests();
-    bpe_tests();
-    eog_tests();
-    rope_tests();
-    template_tests();
-    test_quantize_failure_leaves_nothing();
-    char stories[PATH_SIZE];
-    data_path(stories, "models/stories260K/stories260K.bin");
-    test_long_output_name(stories);
-    finish_child_group(&export);
+    ChildGroup export = {.pid = -1};
+    int with_export = !any_chosen || chosen[N_GROUPS - 1]; // the last group: first started, last finished
+    if (with_export) start_child_group(&export, "export_tests", export_tests);
+    for (int g = 0; g < N_GROUPS - 1; g++)
+        if (!any_chosen || chosen[g]) groups[g].run();
+    if (with_export) finish_child_group(&export);
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
     if (n_skipped) printf("%d passed, %d failed, %d skipped\n", n_passed, n_failed, n_skipped);
