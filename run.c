@@ -131,6 +131,8 @@ typedef struct {
     const float *bq;      // (n_heads*head_size) biases added after wq, wk, wv (qwen2), or NULL
     const float *bk;      // (n_kv_heads*head_size)
     const float *bv;      // (n_kv_heads*head_size)
+    const float *q_norm;  // (head_size) RMSNorm of each query head before RoPE (qwen3), or NULL
+    const float *k_norm;  // (head_size) and of each key head
 } LayerWeights;
 
 // Every pointer points into the memory map; nothing here owns weight data.
@@ -151,7 +153,8 @@ typedef struct {
 #define BATCH 128
 
 // What the matrix products (engine room) need besides their operands, for
-// up to BATCH positions of up to max_cols = max(dim, hidden_dim) inputs.
+// up to BATCH positions of up to max_cols = max(dim, hidden_dim, n_heads *
+// head_size) inputs.
 typedef struct ActBlock ActBlock; // an activation block of the packed kernels
 typedef struct WorkRun WorkRun;   // a thread's run of row groups in generation
 typedef struct {
@@ -184,7 +187,7 @@ typedef struct {
 // positions so far.
 typedef struct {
     float *x;           // (BATCH, dim) the residual stream
-    float *xb;          // (BATCH, dim) normed input / attention output
+    float *xb;          // (BATCH, dim) normed input; attention's output (BATCH, n_heads*head_size)
     float *xb2;         // (BATCH, dim) a second dim-sized buffer
     float *hb;          // (BATCH, hidden_dim) gate
     float *hb2;         // (BATCH, hidden_dim) up
@@ -270,8 +273,9 @@ static void *cache_aligned(size_t n, size_t size, void **block) {
 // kv_type: TYPE_F32 or TYPE_F16, the KV cache's.
 static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c), rows = BATCH;
+    size_t q_dim = (size_t)c->n_heads * c->head_size, widest = q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim;
     s->x = zeros_aligned(rows * c->dim, sizeof(float));
-    s->xb = zeros_aligned(rows * c->dim, sizeof(float));
+    s->xb = zeros_aligned(rows * widest, sizeof(float));
     s->xb2 = zeros_aligned(rows * c->dim, sizeof(float));
     s->hb = zeros_aligned(rows * c->hidden_dim, sizeof(float));
     s->hb2 = zeros_aligned(rows * c->hidden_dim, sizeof(float));
@@ -289,7 +293,7 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->value_cache = f16 ? NULL : values;
     s->key_cache_f16 = f16 ? keys : NULL;
     s->value_cache_f16 = f16 ? values : NULL;
-    int max_cols = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    int max_cols = c->hidden_dim > (int)widest ? c->hidden_dim : (int)widest;
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->rope_cos ||
         !s->rope_sin || !s->att || !s->logits || !keys || !values || alloc_matmul_scratch(&s->mm, max_cols) != 0)
         return -1;
@@ -507,6 +511,12 @@ static void swiglu_rows(float *hb, const float *hb2, int n, int hidden_dim) {
     for (i = 0; i < n; i++) swiglu(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
 }
 
+// RMSNorm of each of count heads of head_size values in x, in place, with
+// one weight for all; nothing when weight is NULL (only qwen3 has these).
+static void rmsnorm_heads(float *x, const float *weight, int count, int head_size, float eps) {
+    for (int h = 0; weight && h < count; h++) rmsnorm(x + (size_t)h * head_size, x + (size_t)h * head_size, weight, head_size, eps);
+}
+
 // RoPE on each of n positions' queries and keys, likewise.
 static void rope_rows(RunState *s, const Config *c, int n) {
     int hs = c->head_size, q_dim = c->n_heads * hs, kvd = kv_dim(c), i;
@@ -548,9 +558,11 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         add_bias(s->q, lw->bq, n, q_dim);
         add_bias(s->k, lw->bk, n, kvd);
         add_bias(s->v, lw->bv, n, kvd);
+        rmsnorm_heads(s->q, lw->q_norm, n * c->n_heads, hs, c->norm_eps);
+        rmsnorm_heads(s->k, lw->k_norm, n * c->n_kv_heads, hs, c->norm_eps);
         rope_rows(s, c, n);
         store_kv(s, c, l, pos, s->k, s->v, n);
-        attention_layer(t, l, pos, n, s->q, s->xb, (size_t)dim);
+        attention_layer(t, l, pos, n, s->q, s->xb, (size_t)q_dim);
         matmul(s->xb2, s->xb, n, &lw->wo, &s->mm);
         add_rows(s->x, s->xb2, (size_t)n * dim);
 
@@ -6952,6 +6964,7 @@ static int choose_kernels(Transformer *t, const char *path) {
 // while admitting any real model (Llama 3 405B has dim 16384).
 #define MAX_DIM (1 << 16)
 #define MAX_HIDDEN (1 << 20)
+#define MAX_HEAD_SIZE 1024
 #define MAX_LAYERS (1 << 12)
 #define MAX_VOCAB (1 << 24)
 #define MAX_SEQ_LEN (1 << 24)
@@ -6966,12 +6979,10 @@ static int check_config(const Config *c, const char *path) {
         c->vocab_size > MAX_VOCAB || c->seq_len > MAX_SEQ_LEN)
         return fail("%s: header sizes out of range (dim %d, hidden_dim %d, n_layers %d, vocab_size %d, "
                     "seq_len %d)", path, c->dim, c->hidden_dim, c->n_layers, c->vocab_size, c->seq_len);
-    if (c->dim % c->n_heads != 0)
-        return fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads != 0)
         return fail("%s: n_heads %d is not a multiple of n_kv_heads %d", path, c->n_heads, c->n_kv_heads);
-    if (c->head_size != c->dim / c->n_heads)
-        return fail("%s: head_size %d is not dim / n_heads = %d", path, c->head_size, c->dim / c->n_heads);
+    if (c->head_size <= 0 || c->head_size > MAX_HEAD_SIZE || (int64_t)c->n_heads * c->head_size > MAX_DIM)
+        return fail("%s: head size %d (with %d heads) is out of range", path, c->head_size, c->n_heads);
     if (c->head_size % 2 != 0)
         return fail("%s: head size %d is odd; RoPE rotates pairs", path, c->head_size);
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
@@ -7674,7 +7685,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
 
 // The architectures run.c computes: Llama's, and Qwen 2's, which adds
 // q/k/v biases and pairs RoPE dimensions NEOX-style (i with i + head_size/2).
-static const struct { const char *name; int rope_neox; } architectures[] = {{"llama", 0}, {"qwen2", 1}};
+static const struct { const char *name; int rope_neox; } architectures[] = {{"llama", 0}, {"qwen2", 1}, {"qwen3", 1}};
 
 // The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
 static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
@@ -7719,8 +7730,8 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
     for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
         if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
     if (a < 0)
-        return fail("%s: architecture '%.*s' is not supported (llama and qwen2 are)", path, (int)(len < 64 ? len : 64),
-                    name);
+        return fail("%s: architecture '%.*s' is not supported (llama, qwen2 and qwen3 are)", path,
+                    (int)(len < 64 ? len : 64), name);
     const char *arch = architectures[a].name;
     int64_t experts = 0;
     char key[96];
@@ -7756,14 +7767,16 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
                   .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
                   .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
-    // a head size of its own (Mistral Nemo's 128 with dim 5120 and 32 heads) is not supported
-    for (int i = 0; i < 2; i++) {
-        int64_t length;
-        arch_key(key, sizeof key, arch, i ? "attention.value_length" : "attention.key_length");
-        if (gguf_int(g, key, c->head_size, &length) != 0 || length != c->head_size)
-            return fail("%s: metadata %s is not embedding_length / head_count = %d (a head size of its own is not "
-                        "supported)", path, key, c->head_size);
-    }
+    // a head size of its own (Qwen3-0.6B: dim 1024, 16 heads of 128; Mistral Nemo)
+    int64_t key_length, value_length;
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.key_length"), c->head_size, &key_length) != 0 ||
+        key_length <= 0 || key_length > MAX_HEAD_SIZE)
+        return fail("%s: metadata %s is not a head size in [1, %d]", path, key, MAX_HEAD_SIZE);
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.value_length"), key_length, &value_length) != 0 ||
+        value_length != key_length)
+        return fail("%s: metadata %s is not attention.key_length = %lld (values of another size than keys are not "
+                    "supported)", path, key, (long long)key_length);
+    c->head_size = (int)key_length;
     int64_t rope_dims;
     if (gguf_int(g, arch_key(key, sizeof key, arch, "rope.dimension_count"), c->head_size, &rope_dims) != 0 ||
         rope_dims != c->head_size)
@@ -7775,7 +7788,8 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
 // The tensors a model's layers hold: ".weight" for all, ".bias" for attn_q/k/v only.
 static const char *const layer_tensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
                                             "attn_v.weight", "attn_output.weight", "ffn_gate.weight", "ffn_down.weight",
-                                            "ffn_up.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias"};
+                                            "ffn_up.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
+                                            "attn_q_norm.weight", "attn_k_norm.weight"};
 
 // Refuses a tensor run.c would not read: computing without it would give
 // other logits than the file's own program (a bias on attn_output, a
@@ -7825,6 +7839,12 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
             snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
             if (gguf_tensor(g, name) && gguf_weight(g, name, biases[i].rows, biases[i].cols, NULL, biases[i].bias, path))
                 return -1;
+        }
+        struct { const char *suffix; const float **norm; } head_norms[] = {{"attn_q_norm", &lw->q_norm},
+                                                                          {"attn_k_norm", &lw->k_norm}};
+        for (size_t i = 0; i < 2; i++) { // qwen3's, optional
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, head_norms[i].suffix);
+            if (gguf_tensor(g, name) && gguf_weight(g, name, 1, c->head_size, NULL, head_norms[i].norm, path)) return -1;
         }
         struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
             {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
@@ -8218,6 +8238,11 @@ static int load_weights(Transformer *t, const char *path) {
     int runc = t->map_size >= 4 && (uint32_t)read_i32(h) == RUNC_MAGIC;
     int err = runc ? parse_header_runc(c, h, t->map_size, path) : parse_header_v0(c, h, t->map_size, path);
     if (err == 0) err = check_config(c, path);
+    // these formats' heads split dim (a head size of its own is GGUF's alone)
+    if (err == 0 && c->dim % c->n_heads != 0)
+        err = fail("%s: dim %d is not a multiple of n_heads %d", path, c->dim, c->n_heads);
+    if (err == 0 && c->head_size != c->dim / c->n_heads)
+        err = fail("%s: head_size %d is not dim / n_heads = %d", path, c->head_size, c->dim / c->n_heads);
     const unsigned char *types = !err && runc && read_i32(h + 4) == RUNC_VERSION_TYPES ? h + RUNC_HEADER_SIZE : NULL;
     if (types && runc_check_types(types, c, t->map_size, path) != 0) return -1;
 
@@ -9332,8 +9357,12 @@ static const char *beyond_runc(const Transformer *t) {
     const Config *c = &t->config;
     if (c->rope_neox) return "NEOX-style RoPE (qwen2)";
     if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
-    for (int l = 0; l < c->n_layers; l++)
-        if (t->weights.layers[l].bq || t->weights.layers[l].bk || t->weights.layers[l].bv) return "q/k/v biases";
+    if (c->head_size * c->n_heads != c->dim) return "a head size other than dim / n_heads";
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &t->weights.layers[l];
+        if (lw->bq || lw->bk || lw->bv) return "q/k/v biases";
+        if (lw->q_norm || lw->k_norm) return "per-head q/k norms (qwen3)";
+    }
     return NULL;
 }
 

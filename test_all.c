@@ -149,6 +149,7 @@ static const char *const shared_only_cases[] = {
     "reference/kquants/k256_mix_q2_k", "reference/kquants/k256_mix_q3_k_m", "reference/kquants/k256_mix_q5_k_m",
     "reference/llama3_family/logits/l3tiny_q8_0_chat", "reference/llama3_family/logits/qwtiny_q8_0_chat",
     "reference/llama3_family/logits/r256_rope_freqs", "reference/llama3_family/logits/q256_qwen2",
+    "reference/arch/qwen3_f32",
 };
 enum { N_SHARED_ONLY_CASES = sizeof shared_only_cases / sizeof shared_only_cases[0] };
 
@@ -5814,14 +5815,17 @@ static double gguf_tolerance(const char *file_name) {
 
 // Every case of SHARED/dir_relative (reference/gguf, reference/kquants),
 // within its file type's tolerance.
-static void test_gguf_logits(const char *dir_relative) {
+static void test_gguf_logits_named(const char *dir_relative, const char *prefix) {
     char case_dir[PATH_SIZE], path[PATH_SIZE], file[256];
     NameList cases;
     if (list_data(dir_relative, NULL, 1, &cases) != 0 || cases.n == 0) {
         report("logits: GGUF reference cases", 0, "no case directories in %s", dir_relative);
         return;
     }
+    int ran = 0;
     for (int i = 0; i < cases.n; i++) {
+        if (prefix && strncmp(cases.names[i], prefix, strlen(prefix)) != 0) continue;
+        ran++;
         case_path(case_dir, dir_relative, cases.names[i]);
         format_text(path, sizeof path, "%s/model.txt", case_dir);
         Bytes description;
@@ -5840,7 +5844,13 @@ static void test_gguf_logits(const char *dir_relative) {
         }
         run_logits_case(case_dir, cases.names[i], tolerance);
     }
+    if (!ran) report("logits: GGUF reference cases", 0, "no case named %s* in %s", prefix, dir_relative);
     names_free(&cases);
+}
+
+// Every case of the data directory dir_relative.
+static void test_gguf_logits(const char *dir_relative) {
+    test_gguf_logits_named(dir_relative, NULL);
 }
 
 // Every stride-th case of an .inp file (the ids in the .out beside it)
@@ -7061,7 +7071,7 @@ static void test_gguf_not_computed(void) {
     static const struct { const char *label, *key, *word; uint32_t type, value; const char *from, *to; } cases[] = {
         {"part 1 of a split model", "split.count", "llama-gguf-split", GGUF_U32, 2, NULL, NULL},
         {"a mixture of experts", "llama.expert_count", "mixture-of-experts", GGUF_U32, 8, NULL, NULL},
-        {"attention.key_length other than dim / heads", "llama.attention.key_length", "key_length", GGUF_U32, 16, NULL, NULL},
+        {"attention.value_length other than key_length", "llama.attention.value_length", "value_length", GGUF_U32, 16, NULL, NULL},
         {"a metadata key given twice", "llama.block_count", "given twice", GGUF_U32, 5, NULL, NULL},
         {"a tensor name given twice", NULL, "blk.0.attn_q.weight is given twice", 0, 0, "blk.0.attn_k.weight", "blk.0.attn_q.weight"},
         {"block_count below the file's layers", NULL, "block_count says 4 layers", 0, 4, NULL, NULL},
@@ -8521,6 +8531,25 @@ static void test_committed_data(void) {
            problem, problem[0] ? "; " : "", compared, own);
 }
 
+/* ============================================================================
+   Architectures beyond llama and qwen2: qwen3 (a head size of its own,
+   per-head q/k norms) */
+
+static void arch_tests(void) {
+    test_gguf_logits_named("reference/arch", "qwen3_");
+    char model[PATH_SIZE], status[64], err[256];
+    data_path(model, "models/arch/qwen3_q4_k_m.gguf");
+    test_batched_prefill(model, "qwen3_q4_k_m.gguf (head size 128 with dim 256, q/k norms)");
+    const char *out = "build/tmp/qwen3-quantized.bin";
+    remove(out);
+    CliResult r;
+    cli(&r, model, "-m", "quantize", "-o", out, "--dtype", "q8_0", NULL);
+    report("cli: -m quantize refuses qwen3 (its format cannot hold it), nothing written",
+           r.status == 1 && count_lines(&r.err) == 1 && !file_exists(out) && strstr(r.err.data, "GGUF"), "%s, stderr %s",
+           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+}
+
 // Quantize's failures and long output names: files the CLI tests leave.
 static void output_tests(void) {
     test_quantize_failure_leaves_nothing();
@@ -8549,6 +8578,7 @@ static const struct {
     {"bpe", bpe_tests, "byte-level BPE (Llama 3, Qwen): ids against llama.cpp and Hugging Face"},
     {"eog", eog_tests, "end of generation: each vocabulary's end tokens"},
     {"rope", rope_tests, "RoPE scaling (rope_freqs, linear) and the qwen2 architecture"},
+    {"arch", arch_tests, "architectures beyond llama and qwen2: qwen3"},
     {"templates", template_tests, "chat templates against Hugging Face's renderings"},
     {"output", output_tests, "quantize's output files"},
     {"export", export_tests, "export.py (Debian's python3 with numpy), in a child process beside the others"},
