@@ -93,7 +93,9 @@ typedef struct {
     int n_kv_heads;        // key/value heads; n_heads is a multiple of it (GQA/MQA)
     int vocab_size;
     int seq_len;           // context length: positions the KV cache holds
-    int head_size;         // dim / n_heads
+    int head_size;         // dim / n_heads, or the model's own (GGUF's attention.key_length)
+    int n_experts;         // experts in each layer's feed-forward, 0 for a dense one
+    int n_experts_used;    // experts each position runs (the top k of the router's)
     float rope_theta;      // RoPE base frequency
     float rope_scale;      // positions are multiplied by it (linear scaling: 1 / factor), else 1
     int rope_neox;         // 1: RoPE pairs dimension i with i + head_size/2 (qwen2), 0: 2i with 2i+1
@@ -128,6 +130,8 @@ typedef struct {
     Matrix w1;            // (hidden_dim, dim)   gate
     Matrix w2;            // (dim, hidden_dim)   down
     Matrix w3;            // (hidden_dim, dim)   up
+    Matrix router;        // (n_experts, dim) a mixture of experts' scores (ffn_gate_inp); unused when dense
+    const Matrix *experts; // (n_experts, 3) each expert's w1, w2, w3 (shapes as the dense ones), or NULL: dense
     const float *bq;      // (n_heads*head_size) biases added after wq, wk, wv (qwen2), or NULL
     const float *bk;      // (n_kv_heads*head_size)
     const float *bv;      // (n_kv_heads*head_size)
@@ -135,7 +139,8 @@ typedef struct {
     const float *k_norm;  // (head_size) and of each key head
 } LayerWeights;
 
-// Every pointer points into the memory map; nothing here owns weight data.
+// Every pointer points into the memory map; nothing here owns weight data
+// (layers and experts are the Matrix records' own allocations).
 typedef struct {
     Matrix token_embedding; // (vocab_size, dim)
     LayerWeights *layers;   // (n_layers), the only allocation
@@ -143,6 +148,7 @@ typedef struct {
     Matrix wcls;            // (vocab_size, dim), the embedding when shared
     const float *rope_freqs; // (head_size/2) each RoPE frequency is divided by its factor
                              // (Llama 3.1+ rope scaling), or NULL
+    Matrix *experts;        // (n_layers, n_experts, 3) what the layers' experts point at, or NULL
 } TransformerWeights;
 
 // Positions per prefill block: forward_batch evaluates longer runs block by
@@ -197,6 +203,12 @@ typedef struct {
     float *rope_cos;    // (BATCH, head_size/2) each position's rotation
     float *rope_sin;    // (BATCH, head_size/2)
     float *att;         // (n_heads, seq_len) attention scores
+    // a mixture of experts (NULL when dense): each position's choice, and an expert's rows
+    float *router;      // (BATCH, n_experts) the router's scores, then probabilities
+    int *chosen;        // (BATCH, n_experts_used) the experts each position runs
+    float *chosen_weight; // (BATCH, n_experts_used) and their weights
+    float *expert_in;   // (BATCH, dim) the rows routed to one expert
+    float *expert_out;  // (BATCH, dim) its outputs
     float *logits;      // (vocab_size) the last position's
     float *key_cache;   // (n_layers, n_kv_heads, seq_len, head_size), or NULL with an fp16 cache:
     float *value_cache; // (n_layers, n_kv_heads, seq_len, head_size)
@@ -293,6 +305,15 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->value_cache = f16 ? NULL : values;
     s->key_cache_f16 = f16 ? keys : NULL;
     s->value_cache_f16 = f16 ? values : NULL;
+    if (c->n_experts > 0) {
+        size_t used = rows * c->n_experts_used;
+        s->router = zeros_aligned(rows * c->n_experts, sizeof(float));
+        s->chosen = zeros_aligned(used, sizeof(int));
+        s->chosen_weight = zeros_aligned(used, sizeof(float));
+        s->expert_in = zeros_aligned(rows * c->dim, sizeof(float));
+        s->expert_out = zeros_aligned(rows * c->dim, sizeof(float));
+        if (!s->router || !s->chosen || !s->chosen_weight || !s->expert_in || !s->expert_out) return -1;
+    }
     int max_cols = c->hidden_dim > (int)widest ? c->hidden_dim : (int)widest;
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->rope_cos ||
         !s->rope_sin || !s->att || !s->logits || !keys || !values || alloc_matmul_scratch(&s->mm, max_cols) != 0)
@@ -303,6 +324,7 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
     free(s->rope_cos); free(s->rope_sin); free(s->att); free(s->logits);
+    free(s->router); free(s->chosen); free(s->chosen_weight); free(s->expert_in); free(s->expert_out);
     free(s->key_block); free(s->value_block); free_matmul_scratch(&s->mm);
     memset(s, 0, sizeof *s);
 }
@@ -528,6 +550,67 @@ static void rope_rows(RunState *s, const Config *c, int n) {
     }
 }
 
+// The experts each of n positions runs, from the router's scores of s->xb:
+// softmax over all experts, the top n_experts_used, their probabilities
+// divided by their sum (as llama.cpp routes Mixtral and Qwen3-MoE).
+static void route(Transformer *t, const LayerWeights *lw, int n) {
+    const Config *c = &t->config;
+    RunState *s = &t->state;
+    int n_exp = c->n_experts, k = c->n_experts_used;
+    matmul(s->router, s->xb, n, &lw->router, &s->mm);
+    for (int i = 0; i < n; i++) {
+        float *p = s->router + (size_t)i * n_exp, sum = 0.0f;
+        int *chosen = s->chosen + (size_t)i * k;
+        float *weight = s->chosen_weight + (size_t)i * k;
+        softmax(p, n_exp);
+        for (int j = 0; j < k; j++) { // the j-th largest, the lowest index on ties
+            int best = -1;
+            for (int e = 0; e < n_exp; e++) {
+                int taken = 0;
+                for (int m = 0; m < j; m++) taken |= chosen[m] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            chosen[j] = best;
+            weight[j] = p[best];
+            sum += p[best];
+        }
+        for (int j = 0; j < k; j++) weight[j] /= sum;
+    }
+}
+
+// A mixture of experts over n positions, s->xb into s->xb2: each expert's
+// SwiGLU feed-forward runs once, on the rows of all the positions routed to
+// it, so an expert's weights are read once per block, and an expert no
+// position chose is not read at all.
+static void mixture_of_experts(Transformer *t, const LayerWeights *lw, int n) {
+    const Config *c = &t->config;
+    RunState *s = &t->state;
+    int dim = c->dim, k = c->n_experts_used, rows[BATCH];
+    float weights[BATCH];
+    route(t, lw, n);
+    memset(s->xb2, 0, (size_t)n * dim * sizeof(float));
+    for (int e = 0; e < c->n_experts; e++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < k; j++)
+                if (s->chosen[(size_t)i * k + j] == e) {
+                    rows[m] = i;
+                    weights[m] = s->chosen_weight[(size_t)i * k + j];
+                    memcpy(s->expert_in + (size_t)m++ * dim, s->xb + (size_t)i * dim, (size_t)dim * sizeof(float));
+                }
+        if (m == 0) continue;
+        const Matrix *w1 = &lw->experts[3 * e], *w2 = &lw->experts[3 * e + 1], *w3 = &lw->experts[3 * e + 2];
+        matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){w1, w3}, 2, s->expert_in, m, &s->mm);
+        swiglu_rows(s->hb, s->hb2, m, c->hidden_dim);
+        matmul(s->expert_out, s->hb, m, w2, &s->mm);
+        for (int r = 0; r < m; r++) {
+            float *out = s->xb2 + (size_t)rows[r] * dim;
+            const float *y = s->expert_out + (size_t)r * dim;
+            for (int d = 0; d < dim; d++) out[d] += weights[r] * y[d];
+        }
+    }
+}
+
 /* The forward pass over n <= BATCH positions at pos..pos+n-1: one in
    generation, a block of the prompt in prefill. Every matrix multiplies
    the whole block at once, so its weights are read once per block; each
@@ -566,11 +649,15 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         matmul(s->xb2, s->xb, n, &lw->wo, &s->mm);
         add_rows(s->x, s->xb2, (size_t)n * dim);
 
-        // feed-forward: w2 (silu(w1 x) * w3 x)
+        // feed-forward: w2 (silu(w1 x) * w3 x), or a mixture of such experts
         rmsnorm_rows(s->xb, s->x, lw->rms_ffn, n, dim, c->norm_eps);
-        matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, n, &s->mm);
-        swiglu_rows(s->hb, s->hb2, n, c->hidden_dim);
-        matmul(s->xb2, s->hb, n, &lw->w2, &s->mm);
+        if (lw->experts) {
+            mixture_of_experts(t, lw, n);
+        } else {
+            matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, n, &s->mm);
+            swiglu_rows(s->hb, s->hb2, n, c->hidden_dim);
+            matmul(s->xb2, s->hb, n, &lw->w2, &s->mm);
+        }
         add_rows(s->x, s->xb2, (size_t)n * dim);
     }
 
@@ -6965,6 +7052,7 @@ static int choose_kernels(Transformer *t, const char *path) {
 #define MAX_DIM (1 << 16)
 #define MAX_HIDDEN (1 << 20)
 #define MAX_HEAD_SIZE 1024
+#define MAX_EXPERTS 256
 #define MAX_LAYERS (1 << 12)
 #define MAX_VOCAB (1 << 24)
 #define MAX_SEQ_LEN (1 << 24)
@@ -7685,7 +7773,8 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
 
 // The architectures run.c computes: Llama's, and Qwen 2's, which adds
 // q/k/v biases and pairs RoPE dimensions NEOX-style (i with i + head_size/2).
-static const struct { const char *name; int rope_neox; } architectures[] = {{"llama", 0}, {"qwen2", 1}, {"qwen3", 1}};
+static const struct { const char *name; int rope_neox; } architectures[] = {
+    {"llama", 0}, {"qwen2", 1}, {"qwen3", 1}, {"qwen3moe", 1}};
 
 // The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
 static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
@@ -7730,15 +7819,10 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
     for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
         if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
     if (a < 0)
-        return fail("%s: architecture '%.*s' is not supported (llama, qwen2 and qwen3 are)", path,
+        return fail("%s: architecture '%.*s' is not supported (llama, qwen2, qwen3 and qwen3moe are)", path,
                     (int)(len < 64 ? len : 64), name);
     const char *arch = architectures[a].name;
-    int64_t experts = 0;
     char key[96];
-    gguf_int(g, arch_key(key, sizeof key, arch, "expert_count"), 0, &experts);
-    if (experts > 0)
-        return fail("%s: a mixture-of-experts model (%s.expert_count %lld), which run.c does not compute", path, arch,
-                    (long long)experts);
     if (g->n_tensors == 0)
         return fail("%s: a vocabulary-only GGUF file (no tensors): it can tokenize (-m tokenize) or serve as -z, "
                     "not run", path);
@@ -7767,6 +7851,23 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
                   .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
                   .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
+    // a mixture of experts: each expert as wide as feed_forward_length (Mixtral), or
+    // expert_feed_forward_length (qwen3moe, whose feed_forward_length is unused)
+    int64_t experts, used, expert_width;
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "expert_count"), 0, &experts) != 0 || experts < 0 ||
+        experts > MAX_EXPERTS)
+        return fail("%s: metadata %s is not a count of experts in [0, %d]", path, key, MAX_EXPERTS);
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "expert_used_count"), 0, &used) != 0 ||
+        (experts > 0 && (used < 1 || used > experts)))
+        return fail("%s: metadata %s is not in [1, expert_count %lld]", path, key, (long long)experts);
+    c->n_experts = (int)experts;
+    c->n_experts_used = experts > 0 ? (int)used : 0;
+    if (experts > 0 && !strcmp(arch, "qwen3moe")) {
+        if (gguf_int(g, arch_key(key, sizeof key, arch, "expert_feed_forward_length"), 0, &expert_width) != 0 ||
+            expert_width <= 0 || expert_width > MAX_HIDDEN)
+            return fail("%s: metadata %s is %s", path, key, gguf_find(g, key) ? "not a positive width" : "missing");
+        c->hidden_dim = (int)expert_width;
+    }
     // a head size of its own (Qwen3-0.6B: dim 1024, 16 heads of 128; Mistral Nemo)
     int64_t key_length, value_length;
     if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.key_length"), c->head_size, &key_length) != 0 ||
@@ -7787,9 +7888,12 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
 
 // The tensors a model's layers hold: ".weight" for all, ".bias" for attn_q/k/v only.
 static const char *const layer_tensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
-                                            "attn_v.weight", "attn_output.weight", "ffn_gate.weight", "ffn_down.weight",
-                                            "ffn_up.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
-                                            "attn_q_norm.weight", "attn_k_norm.weight"};
+                                            "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
+                                            "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight"};
+// and the feed-forward's: a dense one, or a mixture of experts
+static const char *const dense_tensors[] = {"ffn_gate.weight", "ffn_down.weight", "ffn_up.weight"};
+static const char *const expert_tensors[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight",
+                                             "ffn_up_exps.weight"};
 
 // Refuses a tensor run.c would not read: computing without it would give
 // other logits than the file's own program (a bias on attn_output, a
@@ -7812,11 +7916,43 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
             return fail("%s: tensor %s is in layer %d, but block_count says %d layers", path, text, layer, c->n_layers);
         for (size_t k = 0; in_layer && k < sizeof layer_tensors / sizeof *layer_tensors; k++)
             used |= strcmp(text + at, layer_tensors[k]) == 0;
+        for (size_t k = 0; in_layer && c->n_experts == 0 && k < sizeof dense_tensors / sizeof *dense_tensors; k++)
+            used |= strcmp(text + at, dense_tensors[k]) == 0;
+        for (size_t k = 0; in_layer && c->n_experts > 0 && k < sizeof expert_tensors / sizeof *expert_tensors; k++)
+            used |= strcmp(text + at, expert_tensors[k]) == 0;
         if (!used)
             return fail("%s: tensor %s is not one run.c computes with (per layer it reads attn_norm, attn_q/k/v and "
                         "their biases, attn_output, ffn_norm and ffn_gate/up/down): a file for another kind of model?",
                         path, text);
     }
+    return 0;
+}
+
+// The experts of layer l's 3-D tensor blk.l.SUFFIX.weight (rows, cols,
+// n_experts: expert e's matrix the e-th slab), as n_experts Matrix records
+// 3 apart from out. They take the row kernels (KERNEL_ROWS, or F32's):
+// only the dense matrices are repacked.
+static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts, int rows, int cols, Matrix *out,
+                        const char *path) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix);
+    const GgufTensor *t = gguf_tensor(g, name);
+    char one[64];
+    snprintf(one, sizeof one, "blk.%d.ffn_gate.0.weight", l);
+    if (!t && gguf_tensor(g, one))
+        return fail("%s: its experts are one tensor each (%s: an older layout); convert the model again with a "
+                    "current llama.cpp", path, one);
+    if (!t) return fail("%s: tensor %s is missing", path, name);
+    if (t->n_dims != 3 || t->dims[0] != (uint64_t)cols || t->dims[1] != (uint64_t)rows || t->dims[2] != (uint64_t)n_experts)
+        return fail("%s: tensor %s has the wrong shape (expected %d experts of %d x %d)", path, name, n_experts, rows, cols);
+    if (!type_supported(t->type))
+        return fail("%s: tensor %s has type %s (%u), which run.c does not compute with (it reads %s)", path, name,
+                    type_name(t->type), t->type, supported_type_names());
+    size_t slab = (size_t)rows * type_row_bytes((int)t->type, cols);
+    int kernel = t->type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS;
+    for (int e = 0; e < n_experts; e++)
+        out[3 * e] = (Matrix){.data = g->data + t->offset + e * slab, .type = (int)t->type, .rows = rows, .cols = cols,
+                              .kernel = kernel};
     return 0;
 }
 
@@ -7853,7 +7989,20 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
             {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
             {"ffn_up", c->hidden_dim, c->dim, &lw->w3, NULL},
         };
-        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        int n_parts = sizeof parts / sizeof parts[0];
+        if (c->n_experts > 0) { // the router and the experts instead of the dense feed-forward
+            n_parts -= 3;
+            Matrix *experts = w->experts + (size_t)l * c->n_experts * 3;
+            lw->experts = experts;
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+            if (gguf_weight(g, name, c->n_experts, c->dim, &lw->router, NULL, path) ||
+                gguf_experts(g, l, "ffn_gate_exps", c->n_experts, c->hidden_dim, c->dim, experts, path) ||
+                gguf_experts(g, l, "ffn_down_exps", c->n_experts, c->dim, c->hidden_dim, experts + 1, path) ||
+                gguf_experts(g, l, "ffn_up_exps", c->n_experts, c->hidden_dim, c->dim, experts + 2, path))
+                return -1;
+            lw->router.kernel = lw->router.type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS; // small: not repacked
+        }
+        for (int i = 0; i < n_parts; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
             if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
         }
@@ -8210,6 +8359,7 @@ void transformer_close(Transformer *t) {
     free_run_state(&t->state);
     free(t->packed);
     free(t->weights.layers);
+    free(t->weights.experts);
     if (t->map) unmap_file(t->map, t->map_size);
     memset(t, 0, sizeof *t);
 }
@@ -8221,6 +8371,8 @@ static int gguf_open_model(Transformer *t, const char *path) {
     int err = gguf_config(c, &g, path);
     if (!err) err = check_config(c, path);
     if (!err && !(t->weights.layers = calloc((size_t)c->n_layers, sizeof(LayerWeights))))
+        err = fail("%s: out of memory", path);
+    if (!err && c->n_experts > 0 && !(t->weights.experts = calloc((size_t)c->n_layers * c->n_experts * 3, sizeof(Matrix))))
         err = fail("%s: out of memory", path);
     if (!err) err = gguf_weights(&t->weights, c, &g, path);
     gguf_free(&g);
@@ -8695,6 +8847,12 @@ static double weight_bytes(const Transformer *t) {
         const LayerWeights *lw = &t->weights.layers[l];
         const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
         for (int i = 0; i < 7; i++) bytes += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
+        if (!lw->experts) continue;
+        // a mixture of experts: the router, and the experts a token runs (as large as expert 0's three)
+        bytes += (double)lw->router.rows * type_row_bytes(lw->router.type, lw->router.cols);
+        for (int i = 0; i < 3; i++)
+            bytes += (double)t->config.n_experts_used * lw->experts[i].rows *
+                     type_row_bytes(lw->experts[i].type, lw->experts[i].cols);
     }
     return bytes;
 }
@@ -8702,7 +8860,9 @@ static double weight_bytes(const Transformer *t) {
 // Multiply-adds in one layer's matrices (per position).
 static double layer_macs(const Config *c) {
     double q_dim = (double)c->n_heads * c->head_size;
-    return q_dim * c->dim * 2 + 2.0 * kv_dim(c) * c->dim + 3.0 * c->hidden_dim * c->dim;
+    double experts = c->n_experts > 0 ? c->n_experts_used : 1; // a mixture: the experts a position runs, and the router
+    return q_dim * c->dim * 2 + 2.0 * kv_dim(c) * c->dim + 3.0 * c->hidden_dim * c->dim * experts +
+           (double)c->n_experts * c->dim;
 }
 
 typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
@@ -9358,6 +9518,7 @@ static const char *beyond_runc(const Transformer *t) {
     if (c->rope_neox) return "NEOX-style RoPE (qwen2)";
     if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
     if (c->head_size * c->n_heads != c->dim) return "a head size other than dim / n_heads";
+    if (c->n_experts > 0) return "a mixture of experts";
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &t->weights.layers[l];
         if (lw->bq || lw->bk || lw->bv) return "q/k/v biases";

@@ -149,7 +149,8 @@ static const char *const shared_only_cases[] = {
     "reference/kquants/k256_mix_q2_k", "reference/kquants/k256_mix_q3_k_m", "reference/kquants/k256_mix_q5_k_m",
     "reference/llama3_family/logits/l3tiny_q8_0_chat", "reference/llama3_family/logits/qwtiny_q8_0_chat",
     "reference/llama3_family/logits/r256_rope_freqs", "reference/llama3_family/logits/q256_qwen2",
-    "reference/arch/qwen3_f32",
+    "reference/arch/qwen3_f32", "reference/arch/qwen3moe_f32", "reference/arch/qwen3moe_q4_k_m",
+    "reference/arch/mixtral_f32",
 };
 enum { N_SHARED_ONLY_CASES = sizeof shared_only_cases / sizeof shared_only_cases[0] };
 
@@ -7070,7 +7071,7 @@ static void test_gguf_not_computed(void) {
     data_path(src, "models/gguf/stories260K_f32.gguf");
     static const struct { const char *label, *key, *word; uint32_t type, value; const char *from, *to; } cases[] = {
         {"part 1 of a split model", "split.count", "llama-gguf-split", GGUF_U32, 2, NULL, NULL},
-        {"a mixture of experts", "llama.expert_count", "mixture-of-experts", GGUF_U32, 8, NULL, NULL},
+        {"expert_count without expert_used_count", "llama.expert_count", "expert_used_count", GGUF_U32, 8, NULL, NULL},
         {"attention.value_length other than key_length", "llama.attention.value_length", "value_length", GGUF_U32, 16, NULL, NULL},
         {"a metadata key given twice", "llama.block_count", "given twice", GGUF_U32, 5, NULL, NULL},
         {"a tensor name given twice", NULL, "blk.0.attn_q.weight is given twice", 0, 0, "blk.0.attn_k.weight", "blk.0.attn_q.weight"},
@@ -8533,21 +8534,30 @@ static void test_committed_data(void) {
 
 /* ============================================================================
    Architectures beyond llama and qwen2: qwen3 (a head size of its own,
-   per-head q/k norms) */
+   per-head q/k norms); mixtures of experts (qwen3moe, Mixtral's llama) */
 
 static void arch_tests(void) {
-    test_gguf_logits_named("reference/arch", "qwen3_");
-    char model[PATH_SIZE], status[64], err[256];
-    data_path(model, "models/arch/qwen3_q4_k_m.gguf");
-    test_batched_prefill(model, "qwen3_q4_k_m.gguf (head size 128 with dim 256, q/k norms)");
-    const char *out = "build/tmp/qwen3-quantized.bin";
-    remove(out);
-    CliResult r;
-    cli(&r, model, "-m", "quantize", "-o", out, "--dtype", "q8_0", NULL);
-    report("cli: -m quantize refuses qwen3 (its format cannot hold it), nothing written",
-           r.status == 1 && count_lines(&r.err) == 1 && !file_exists(out) && strstr(r.err.data, "GGUF"), "%s, stderr %s",
-           status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
-    cli_free(&r);
+    static const char *const families[] = {"qwen3_", "qwen3moe_", "mixtral_", "moe64_"};
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++) test_gguf_logits_named("reference/arch", families[i]);
+    static const char *const models[][2] = { // a file, and what it has
+        {"models/arch/qwen3_q4_k_m.gguf", "qwen3: head size 128 with dim 256, q/k norms"},
+        {"models/arch/moe64.q8_0.gguf", "4 experts, 2 used: prefill groups the positions by expert"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char model[PATH_SIZE], label[160], status[64], err[256];
+        data_path(model, models[i][0]);
+        format_text(label, sizeof label, "%s (%s)", strrchr(models[i][0], '/') + 1, models[i][1]);
+        test_batched_prefill(model, label);
+        const char *out = "build/tmp/arch-quantized.bin";
+        remove(out);
+        CliResult r;
+        cli(&r, model, "-m", "quantize", "-o", out, "--dtype", "q8_0", NULL);
+        format_text(label, sizeof label, "cli: -m quantize refuses %s (its format cannot hold it), nothing written",
+                    strrchr(models[i][0], '/') + 1);
+        report(label, r.status == 1 && count_lines(&r.err) == 1 && !file_exists(out) && strstr(r.err.data, "GGUF"),
+               "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
 }
 
 // Quantize's failures and long output names: files the CLI tests leave.
@@ -8578,7 +8588,7 @@ static const struct {
     {"bpe", bpe_tests, "byte-level BPE (Llama 3, Qwen): ids against llama.cpp and Hugging Face"},
     {"eog", eog_tests, "end of generation: each vocabulary's end tokens"},
     {"rope", rope_tests, "RoPE scaling (rope_freqs, linear) and the qwen2 architecture"},
-    {"arch", arch_tests, "architectures beyond llama and qwen2: qwen3"},
+    {"arch", arch_tests, "architectures beyond llama and qwen2: qwen3, mixtures of experts (qwen3moe, Mixtral)"},
     {"templates", template_tests, "chat templates against Hugging Face's renderings"},
     {"output", output_tests, "quantize's output files"},
     {"export", export_tests, "export.py (Debian's python3 with numpy), in a child process beside the others"},
