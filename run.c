@@ -519,17 +519,19 @@ static void add_rows(float *x, const float *y, size_t n) {
 }
 
 // rmsnorm of each of n rows of dim values, the rows split across the
-// threads when there are several.
+// threads when there are several (one row, generation's, starts no team).
 static void rmsnorm_rows(float *out, const float *x, const float *weight, int n, int dim, float eps) {
     int i;
-    #pragma omp parallel for private(i) schedule(static) if (n > 1)
+    if (n == 1) { rmsnorm(out, x, weight, dim, eps); return; }
+    #pragma omp parallel for private(i) schedule(static)
     for (i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, weight, dim, eps);
 }
 
 // The SwiGLU gate on each of n rows of hidden_dim values, likewise.
 static void swiglu_rows(float *hb, const float *hb2, int n, int hidden_dim) {
     int i;
-    #pragma omp parallel for private(i) schedule(static) if (n > 1)
+    if (n == 1) { swiglu(hb, hb2, hidden_dim); return; }
+    #pragma omp parallel for private(i) schedule(static)
     for (i = 0; i < n; i++) swiglu(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
 }
 
@@ -542,7 +544,7 @@ static void rmsnorm_heads(float *x, const float *weight, int count, int head_siz
 // RoPE on each of n positions' queries and keys, likewise.
 static void rope_rows(RunState *s, const Config *c, int n) {
     int hs = c->head_size, q_dim = c->n_heads * hs, kvd = kv_dim(c), i;
-    #pragma omp parallel for private(i) schedule(static) if (n > 1)
+    #pragma omp parallel for private(i) schedule(static) if (n > 1) // (one row: the if starts no team)
     for (i = 0; i < n; i++) {
         const float *cos_t = s->rope_cos + (size_t)i * hs / 2, *sin_t = s->rope_sin + (size_t)i * hs / 2;
         rope(s->q + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
