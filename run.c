@@ -2275,6 +2275,9 @@ int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *syste
 
 /* ============================================================================
    PART 2: THE ENGINE ROOM
+   The figures in its comments were measured on random-weight models of
+   public shapes, named as tools/mkmodel.c names them: tl1b is
+   TinyLlama-1.1B's shape, s110m stories110M's (BENCHMARKS.md has the rest).
    ============================================================================ */
 
 /* ----------------------------------------------------------------------------
