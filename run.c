@@ -7000,11 +7000,17 @@ static void progress_show(Progress *p, const char *what, size_t done, size_t tot
 // Sets every matrix's kernel, and packs those whose kernel reads the
 // packed layout (pack_matrix) into one allocation; the copy replaces the
 // mapped original in memory.
+// The matrices choose_kernels sets up: the model's, then every expert's.
+static Matrix *kernel_matrix(Transformer *t, int i) {
+    int n_model = 7 * t->config.n_layers + 1;
+    return i < n_model ? model_matrix(&t->weights, t->config.n_layers, i) : &t->weights.experts[i - n_model];
+}
+
 static int choose_kernels(Transformer *t, const char *path) {
-    int n_matrices = 7 * t->config.n_layers + 1;
+    int n_matrices = 7 * t->config.n_layers + 1 + t->config.n_layers * t->config.n_experts * 3;
     size_t total = 0;
     for (int i = 0; i < n_matrices; i++) {
-        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        Matrix *m = kernel_matrix(t, i);
         m->kernel = choose_kernel(m->type);
         if (m->kernel == KERNEL_PACKED) total += (packed_size(m) + 63) / 64 * 64;
     }
@@ -7023,7 +7029,7 @@ static int choose_kernels(Transformer *t, const char *path) {
     char what[600];
     snprintf(what, sizeof what, "loading %s", path);
     for (int i = 0; i < n_matrices; i++) {
-        Matrix *m = model_matrix(&t->weights, t->config.n_layers, i);
+        Matrix *m = kernel_matrix(t, i);
         if (m->kernel != KERNEL_PACKED) continue;
         m->packed = t->packed + at;
         pack_matrix(t->packed + at, m);
@@ -7935,8 +7941,7 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
 
 // The experts of layer l's 3-D tensor blk.l.SUFFIX.weight (rows, cols,
 // n_experts: expert e's matrix the e-th slab), as n_experts Matrix records
-// 3 apart from out. They take the row kernels (KERNEL_ROWS, or F32's):
-// only the dense matrices are repacked.
+// 3 apart from out (their kernels are chosen, and packed, with the model's).
 static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts, int rows, int cols, Matrix *out,
                         const char *path) {
     char name[64];
@@ -7954,10 +7959,8 @@ static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts,
         return fail("%s: tensor %s has type %s (%u), which run.c does not compute with (it reads %s)", path, name,
                     type_name(t->type), t->type, supported_type_names());
     size_t slab = (size_t)rows * type_row_bytes((int)t->type, cols);
-    int kernel = t->type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS;
     for (int e = 0; e < n_experts; e++)
-        out[3 * e] = (Matrix){.data = g->data + t->offset + e * slab, .type = (int)t->type, .rows = rows, .cols = cols,
-                              .kernel = kernel};
+        out[3 * e] = (Matrix){.data = g->data + t->offset + e * slab, .type = (int)t->type, .rows = rows, .cols = cols};
     return 0;
 }
 
