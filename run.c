@@ -9375,7 +9375,7 @@ int parse_args(Options *o, int argc, char **argv) {
     const char *given[N_FLAGS] = {0}; // the name each flag was given by
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value;
-        if (arg[0] != '-' || !arg[1]) { // the model, or a stray word
+        if (arg[0] != '-') { // the model, or a stray word
             int file_like = access(arg, F_OK) == 0 || (strpbrk(arg, "./") && !strchr(arg, ' '));
             if (!o->checkpoint) o->checkpoint = arg;
             else if (file_like) {

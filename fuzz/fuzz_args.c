@@ -24,8 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Options o;
     error_message[0] = '\0';
     int parsed = parse_args(&o, argc, argv);
-    if (parsed == ARGS_HELP) {
-        // -h or --help anywhere: nothing else matters
+    if (parsed == ARGS_HELP || parsed == ARGS_VERSION) {
+        // -h, --help or --version anywhere: nothing else matters
     } else if (parsed != ARGS_OK) {
         if (error_message[0] == '\0') abort(); // every refusal says why
     } else {
