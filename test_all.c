@@ -5137,6 +5137,7 @@ static void test_llama_cpp_habits(const CliFiles *f) {
            a.status == 0 && a.out.len == b.out.len && !memcmp(a.out.data, b.out.data, a.out.len) && !strncmp(a.out.data, "Lily and Ben", 12),
            "stdout %s", quoted(a.out.data, a.out.len, err, sizeof err));
     cli_free(&a);
+    cli_free(&b);
     cli_input(&a, "build/tmp/stdin-prompt.txt", m, "-z", z, "-m", "tokenize", "-f", "-", NULL);
     cli(&b, m, "-z", z, "-m", "tokenize", "-i", "Lily and Ben", NULL);
     report("habits: -f - reads the prompt from stdin", a.status == 0 && a.out.len == b.out.len && a.out.len > 0 &&
