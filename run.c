@@ -98,9 +98,18 @@ typedef struct {
     int n_experts_used;    // experts each position runs (the top k of the router's)
     float rope_theta;      // RoPE base frequency
     float rope_scale;      // positions are multiplied by it (linear scaling: 1 / factor), else 1
+    float rope_theta_local; // RoPE base of the sliding-window layers, which have no scaling (gemma3);
+                            // 0: they turn as the others do
     int rope_neox;         // 1: RoPE pairs dimension i with i + head_size/2 (qwen2), 0: 2i with 2i+1
     float norm_eps;        // RMSNorm epsilon
     int shared_classifier; // 1: the classifier reuses token_embedding
+    int ffn_gelu;          // 1: the feed-forward's gate is GELU (tanh form; gemma3), 0: SiLU
+    float embed_scale;     // the embedding row is multiplied by it (gemma3: sqrt(dim)); 0: not scaled
+    float query_scale;     // attention scores are q.k times it; 0: 1/sqrt(head_size)
+    float logit_softcap;   // logits become cap * tanh(logits / cap); 0: none
+    int post_norms;        // 1: every layer norms attention's and the feed-forward's outputs (gemma3)
+    int window;            // sliding-window layers' span (positions a query sees), 0: no such layers
+    int window_period;     // layer l slides when l % period < period - 1 (gemma3: 6, five of six)
     int bos_id, eos_id;
     int weight_type;       // TYPE_F32, ... for the matrices (norms are always F32)
 } Config;
@@ -137,6 +146,9 @@ typedef struct {
     const float *bv;      // (n_kv_heads*head_size)
     const float *q_norm;  // (head_size) RMSNorm of each query head before RoPE (qwen3), or NULL
     const float *k_norm;  // (head_size) and of each key head
+    const float *post_att_norm; // (dim) RMSNorm of attention's output before it joins the residual (gemma3), or NULL
+    const float *post_ffn_norm; // (dim) and of the feed-forward's
+    int window;           // a sliding-window layer's span: a query sees the last `window` positions; 0: all
 } LayerWeights;
 
 // Every pointer points into the memory map; nothing here owns weight data
@@ -200,8 +212,8 @@ typedef struct {
     float *q;           // (BATCH, n_heads*head_size) queries
     float *k;           // (BATCH, kv_dim) keys, before they are stored
     float *v;           // (BATCH, kv_dim) and values
-    float *rope_cos;    // (BATCH, head_size/2) each position's rotation
-    float *rope_sin;    // (BATCH, head_size/2)
+    float *rope_cos;    // (2, BATCH, head_size/2) each position's rotation: [0] of the layers with
+    float *rope_sin;    // (2, BATCH, head_size/2) the model's RoPE, [1] of sliding-window layers with their own
     float *att;         // (n_heads, seq_len) attention scores
     // a mixture of experts (NULL when dense): each position's choice, and an expert's rows
     float *router;      // (BATCH, n_experts) the router's scores, then probabilities
@@ -210,11 +222,14 @@ typedef struct {
     float *expert_in;   // (BATCH, dim) the rows routed to one expert
     float *expert_out;  // (BATCH, dim) its outputs
     float *logits;      // (vocab_size) the last position's
-    float *key_cache;   // (n_layers, n_kv_heads, seq_len, head_size), or NULL with an fp16 cache:
-    float *value_cache; // (n_layers, n_kv_heads, seq_len, head_size)
-    uint16_t *key_cache_f16;   // (n_layers, n_kv_heads, seq_len, head_size) with --kv f16, else NULL
-    uint16_t *value_cache_f16; // (n_layers, n_kv_heads, seq_len, head_size)
+    float *key_cache;   // per layer (n_kv_heads, cache_len[l], head_size), or NULL with an fp16 cache:
+    float *value_cache; // likewise
+    uint16_t *key_cache_f16;   // the same shapes with --kv f16, else NULL
+    uint16_t *value_cache_f16;
     void *key_block, *value_block; // the allocations the caches lie in (to free)
+    size_t *cache_start; // (n_layers) where each layer's part of the caches starts, in elements
+    int *cache_len;      // (n_layers) positions it holds: seq_len, or for a sliding-window layer a ring
+                         // of window + BATCH - 1 (position p in slot p % cache_len)
     MatmulScratch mm;   // the matrix products' own scratch
 } RunState;
 
@@ -251,6 +266,7 @@ static void f32_to_f16_row(uint16_t *out, const float *x, size_t n);
 static float exp_row(float *x, int n, float shift);
 static float max_row(const float *x, int n);
 static void swiglu(float *hb, const float *hb2, int n);
+static void geglu(float *hb, const float *hb2, int n);
 static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols);
 static void free_matmul_scratch(MatmulScratch *mm);
 static void threads_begin(ThreadChoice *tc);
@@ -282,9 +298,26 @@ static void *cache_aligned(size_t n, size_t size, void **block) {
     return *block ? (void *)(((uintptr_t)*block + 63) / 64 * 64) : NULL;
 }
 
-// kv_type: TYPE_F32 or TYPE_F16, the KV cache's.
-static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
-    size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c), rows = BATCH;
+// Positions layer l's cache holds: all of the context, or for a
+// sliding-window layer the window and a block's positions besides (a block
+// stores its keys before its first position has read the oldest it sees).
+static int layer_cache_len(const Config *c, const LayerWeights *layers, int l) {
+    int window = layers ? layers[l].window : 0;
+    return window > 0 && window + BATCH - 1 < c->seq_len ? window + BATCH - 1 : c->seq_len;
+}
+
+// kv_type: TYPE_F32 or TYPE_F16, the KV cache's; layers: the model's (their
+// windows bound their caches), or NULL for full-length caches.
+static int alloc_run_state(RunState *s, const Config *c, const LayerWeights *layers, int kv_type) {
+    size_t kv = 0, rows = BATCH;
+    s->cache_start = zeros_aligned((size_t)c->n_layers, sizeof(size_t));
+    s->cache_len = zeros_aligned((size_t)c->n_layers, sizeof(int));
+    if (!s->cache_start || !s->cache_len) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        s->cache_start[l] = kv;
+        s->cache_len[l] = layer_cache_len(c, layers, l);
+        kv += (size_t)s->cache_len[l] * kv_dim(c);
+    }
     size_t q_dim = (size_t)c->n_heads * c->head_size, widest = q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim;
     s->x = zeros_aligned(rows * c->dim, sizeof(float));
     s->xb = zeros_aligned(rows * widest, sizeof(float));
@@ -294,8 +327,8 @@ static int alloc_run_state(RunState *s, const Config *c, int kv_type) {
     s->q = zeros_aligned(rows * c->n_heads * c->head_size, sizeof(float));
     s->k = zeros_aligned(rows * kv_dim(c), sizeof(float));
     s->v = zeros_aligned(rows * kv_dim(c), sizeof(float));
-    s->rope_cos = zeros_aligned(rows * c->head_size / 2, sizeof(float));
-    s->rope_sin = zeros_aligned(rows * c->head_size / 2, sizeof(float));
+    s->rope_cos = zeros_aligned(2 * rows * c->head_size / 2, sizeof(float));
+    s->rope_sin = zeros_aligned(2 * rows * c->head_size / 2, sizeof(float));
     s->att = zeros_aligned((size_t)c->n_heads * c->seq_len, sizeof(float));
     s->logits = zeros_aligned((size_t)c->vocab_size, sizeof(float));
     int f16 = kv_type == TYPE_F16;
@@ -325,7 +358,7 @@ static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
     free(s->rope_cos); free(s->rope_sin); free(s->att); free(s->logits);
     free(s->router); free(s->chosen); free(s->chosen_weight); free(s->expert_in); free(s->expert_out);
-    free(s->key_block); free(s->value_block); free_matmul_scratch(&s->mm);
+    free(s->key_block); free(s->value_block); free(s->cache_start); free(s->cache_len); free_matmul_scratch(&s->mm);
     memset(s, 0, sizeof *s);
 }
 
@@ -359,6 +392,18 @@ static void swiglu_plain(float *hb, const float *hb2, int n) {
     }
 }
 
+// hb = gelu(hb) * hb2, the GeGLU gate (gemma3), with GELU's tanh form:
+// gelu(g) = g/2 (1 + tanh(u)), u = sqrt(2/pi) (g + 0.044715 g^3), which is
+// g / (1 + e^(-2u)), SwiGLU's shape with another argument. Exact: llama.cpp
+// rounds GELU's input and output to fp16 (a table), which moves logits by
+// about 1e-3 of their range.
+static void geglu_plain(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = hb[i], u = 0.7978845608f * (g + 0.044715f * g * g * g);
+        hb[i] = g / (1.0f + expf(-2.0f * u)) * hb2[i];
+    }
+}
+
 // out (rows) = w (rows, cols) @ x (cols): the plain matrix product, which
 // every fast one is tested against. Sums in order, one row at a time.
 static void matmul_f32_plain(float *out, const float *x, const float *w, int rows, int cols) {
@@ -373,13 +418,13 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
 }
 
 // The rotation angles for position pos, computed in double so that long
-// contexts keep their precision: pair i turns by
-// pos * rope_scale * theta^(-2i/head_size), divided by freq_factors[i]
-// when the model has them (Llama 3.1's rope scaling).
-static void rope_angles(float *cos_out, float *sin_out, int pos, const Config *c, const float *freq_factors) {
-    int hs = c->head_size;
+// contexts keep their precision: pair i of a head of hs turns by
+// pos * scale * theta^(-2i/hs), divided by freq_factors[i] when the model
+// has them (Llama 3.1's rope scaling).
+static void rope_angles(float *cos_out, float *sin_out, int pos, int hs, float theta, float scale,
+                        const float *freq_factors) {
     for (int i = 0; i < hs / 2; i++) {
-        double angle = pos * (double)c->rope_scale * pow(c->rope_theta, -2.0 * i / hs);
+        double angle = pos * (double)scale * pow(theta, -2.0 * i / hs);
         if (freq_factors) angle /= freq_factors[i];
         cos_out[i] = (float)cos(angle);
         sin_out[i] = (float)sin(angle);
@@ -416,9 +461,11 @@ static void add_bias(float *x, const float *bias, int n, int width) {
 // pos of a layer. Each head's positions lie together, head_size apart, so
 // attention reads them in a row (a position's heads side by side, kv_dim
 // apart, were 1 KB or more from one key to the next, and the keys of a
-// head landed in a few L1 sets that could not hold them).
-static size_t kv_at(const Config *c, int layer, int kv_head, int pos) {
-    return (((size_t)layer * c->n_kv_heads + kv_head) * c->seq_len + pos) * c->head_size;
+// head landed in a few L1 sets that could not hold them). A sliding-window
+// layer's cache is a ring: position pos is in slot pos % cache_len.
+static size_t kv_at(const RunState *s, const Config *c, int layer, int kv_head, int pos) {
+    int len = s->cache_len[layer];
+    return s->cache_start[layer] + ((size_t)kv_head * len + pos % len) * c->head_size;
 }
 
 // Keys per block of attention scores: about 16 KB of them, which stay in L1
@@ -428,45 +475,64 @@ static int score_block(int head_size) {
     return keys > 16 ? keys : 16;
 }
 
-// Causal self-attention of the n_q query heads h0.. (q: theirs, head_size
-// apart), which share one kv head, over positions 0..pos of this layer's
-// cache; att is scratch for their scores, seq_len apart, and the results go
-// to out (n_q * head_size). The heads read each block of keys in turn:
-// one read of the keys from memory or L2 for the group, not one per head
-// (tl1b, 8 heads a kv head, 2 threads: attention 21.3 -> 18.9 us a layer
-// at positions 128-255, 94 -> 77 at 1024-1151).
-static void attention_heads(const Transformer *t, int layer, int h0, int n_q, int pos, const float *q, float *att, float *out) {
-    const Config *c = &t->config;
-    const RunState *s = &t->state;
-    int hs = c->head_size, n = pos + 1, block = score_block(hs);
-    size_t at = kv_at(c, layer, h0 / (c->n_heads / c->n_kv_heads), 0); // this kv head's position 0
-    float scale = 1.0f / sqrtf((float)hs);
+// The scores of n_q query heads (q: theirs, head_size apart) against the
+// keys in slots slot..slot+count-1 of one kv head's cache (at: its slot 0),
+// into columns col.. of their rows of att (seq_len apart). The heads read
+// each block of keys in turn: one read of the keys from memory or L2 for
+// the group, not one per head.
+static void head_scores(const RunState *s, const Config *c, size_t at, int slot, int count, int n_q, const float *q,
+                        float *att, int col, float scale) {
+    int hs = c->head_size, block = score_block(hs), end = slot + count;
     size_t row = (size_t)hs * (s->key_cache ? sizeof(float) : sizeof(uint16_t)); // bytes of a key or value
     const char *keys = s->key_cache ? (const char *)(s->key_cache + at) : (const char *)(s->key_cache_f16 + at);
     const char *values = s->value_cache ? (const char *)(s->value_cache + at) : (const char *)(s->value_cache_f16 + at);
-    for (int p = 0; p < n; p += block) {
-        int count = n - p < block ? n - p : block, next = n - p - count < block ? n - p - count : block;
-        // While the heads score this block, the next block's keys (into
-        // L1) and this block's values (into L2) are fetched, a share by
-        // each head: attention -8% at 1024-2000 positions, generation +1.2%
-        // (tl1b Q4_K_M, 2 threads)
-        size_t key_lines = (size_t)next * row / 64, value_lines = (size_t)count * row / 64;
+    for (int p = slot; p < end; p += block) {
+        int m = end - p < block ? end - p : block, next = end - p - m < block ? end - p - m : block;
+        // while the heads score this block, the next block's keys (into
+        // L1) and this block's values (into L2) are fetched, a share by each
+        size_t key_lines = (size_t)next * row / 64, value_lines = (size_t)m * row / 64;
         for (int h = 0; h < n_q; h++) {
             for (size_t i = key_lines * h / n_q; i < key_lines * (h + 1) / n_q; i++)
-                __builtin_prefetch(keys + (size_t)(p + count) * row + 64 * i, 0, 3);
+                __builtin_prefetch(keys + (size_t)(p + m) * row + 64 * i, 0, 3);
             for (size_t i = value_lines * h / n_q; i < value_lines * (h + 1) / n_q; i++)
                 __builtin_prefetch(values + (size_t)p * row + 64 * i, 0, 2);
             const float *qh = q + (size_t)h * hs;
-            float *a = att + (size_t)h * c->seq_len + p;
-            if (s->key_cache) attention_scores(a, qh, s->key_cache + at + (size_t)p * hs, (size_t)hs, count, hs, scale);
-            else attention_scores_f16(a, qh, s->key_cache_f16 + at + (size_t)p * hs, (size_t)hs, count, hs, scale);
+            float *a = att + (size_t)h * c->seq_len + col + (p - slot);
+            if (s->key_cache) attention_scores(a, qh, s->key_cache + at + (size_t)p * hs, (size_t)hs, m, hs, scale);
+            else attention_scores_f16(a, qh, s->key_cache_f16 + at + (size_t)p * hs, (size_t)hs, m, hs, scale);
         }
     }
+}
+
+// out (head_size) += the values in slots slot..slot+count-1 of one kv
+// head's cache (at: its slot 0), weighted by att.
+static void head_values(const RunState *s, const Config *c, size_t at, int slot, int count, const float *att, float *out) {
+    int hs = c->head_size;
+    if (s->value_cache) attention_values(out, att, s->value_cache + at + (size_t)slot * hs, (size_t)hs, count, hs);
+    else attention_values_f16(out, att, s->value_cache_f16 + at + (size_t)slot * hs, (size_t)hs, count, hs);
+}
+
+// Causal self-attention of the n_q query heads h0.. (q: theirs, head_size
+// apart), which share one kv head, over the positions that the query at
+// pos sees in this layer's cache (0..pos, or the last `window` of them);
+// att is scratch for their scores, seq_len apart, and the results go to out
+// (n_q * head_size). A ring's positions lie in at most two runs of slots.
+static void attention_heads(const Transformer *t, int layer, int h0, int n_q, int pos, const float *q, float *att, float *out) {
+    const Config *c = &t->config;
+    const RunState *s = &t->state;
+    int hs = c->head_size, window = t->weights.layers[layer].window, len = s->cache_len[layer];
+    int first = window > 0 && pos >= window ? pos - window + 1 : 0, n = pos + 1 - first; // the positions seen
+    int slot = first % len, n1 = n < len - slot ? n : len - slot; // slots slot..slot+n1-1, then 0..n-n1-1
+    size_t at = kv_at(s, c, layer, h0 / (c->n_heads / c->n_kv_heads), 0); // this kv head's slot 0
+    float scale = c->query_scale > 0 ? c->query_scale : 1.0f / sqrtf((float)hs);
+    head_scores(s, c, at, slot, n1, n_q, q, att, 0, scale);
+    if (n1 < n) head_scores(s, c, at, 0, n - n1, n_q, q, att, n1, scale);
     for (int h = 0; h < n_q; h++) {
         float *a = att + (size_t)h * c->seq_len, *o = out + (size_t)h * hs;
         softmax(a, n);
-        if (s->value_cache) attention_values(o, a, s->value_cache + at, (size_t)hs, n, hs);
-        else attention_values_f16(o, a, s->value_cache_f16 + at, (size_t)hs, n, hs);
+        memset(o, 0, (size_t)hs * sizeof(float));
+        head_values(s, c, at, slot, n1, a, o);
+        if (n1 < n) head_values(s, c, at, 0, n - n1, a + n1, o);
     }
 }
 
@@ -502,7 +568,7 @@ static void store_kv(RunState *s, const Config *c, int l, int pos, const float *
     int hs = c->head_size, kvd = kv_dim(c);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < c->n_kv_heads; h++) {
-            size_t at = kv_at(c, l, h, pos + i), from = (size_t)i * kvd + (size_t)h * hs;
+            size_t at = kv_at(s, c, l, h, pos + i), from = (size_t)i * kvd + (size_t)h * hs;
             if (s->key_cache) {
                 memcpy(s->key_cache + at, k + from, (size_t)hs * sizeof(float));
                 memcpy(s->value_cache + at, v + from, (size_t)hs * sizeof(float));
@@ -527,12 +593,20 @@ static void rmsnorm_rows(float *out, const float *x, const float *weight, int n,
     for (i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, weight, dim, eps);
 }
 
-// The SwiGLU gate on each of n rows of hidden_dim values, likewise.
-static void swiglu_rows(float *hb, const float *hb2, int n, int hidden_dim) {
+// The feed-forward's gate on each of n rows of hidden_dim values,
+// likewise: SwiGLU, or GeGLU when gelu is set.
+static void gate_rows(float *hb, const float *hb2, int n, int hidden_dim, int gelu) {
     int i;
-    if (n == 1) { swiglu(hb, hb2, hidden_dim); return; }
+    void (*gate)(float *, const float *, int) = gelu ? geglu : swiglu;
+    if (n == 1) { gate(hb, hb2, hidden_dim); return; }
     #pragma omp parallel for private(i) schedule(static)
-    for (i = 0; i < n; i++) swiglu(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
+    for (i = 0; i < n; i++) gate(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
+}
+
+// x = cap * tanh(x / cap) over n values, a soft bound on the logits; none
+// when cap is 0.
+static void soft_cap(float *x, size_t n, float cap) {
+    for (size_t i = 0; cap > 0 && i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
 // RMSNorm of each of count heads of head_size values in x, in place, with
@@ -541,12 +615,14 @@ static void rmsnorm_heads(float *x, const float *weight, int count, int head_siz
     for (int h = 0; weight && h < count; h++) rmsnorm(x + (size_t)h * head_size, x + (size_t)h * head_size, weight, head_size, eps);
 }
 
-// RoPE on each of n positions' queries and keys, likewise.
-static void rope_rows(RunState *s, const Config *c, int n) {
+// RoPE on each of n positions' queries and keys, likewise, with the
+// angles of table 0 or 1 (rope_cos).
+static void rope_rows(RunState *s, const Config *c, int n, int table) {
     int hs = c->head_size, q_dim = c->n_heads * hs, kvd = kv_dim(c), i;
+    size_t first = (size_t)table * BATCH * hs / 2;
     #pragma omp parallel for private(i) schedule(static) if (n > 1) // (one row: the if starts no team)
     for (i = 0; i < n; i++) {
-        const float *cos_t = s->rope_cos + (size_t)i * hs / 2, *sin_t = s->rope_sin + (size_t)i * hs / 2;
+        const float *cos_t = s->rope_cos + first + (size_t)i * hs / 2, *sin_t = s->rope_sin + first + (size_t)i * hs / 2;
         rope(s->q + (size_t)i * q_dim, c->n_heads, hs, c->rope_neox, cos_t, sin_t);
         rope(s->k + (size_t)i * kvd, c->n_kv_heads, hs, c->rope_neox, cos_t, sin_t);
     }
@@ -603,7 +679,7 @@ static void mixture_of_experts(Transformer *t, const LayerWeights *lw, int n) {
         if (m == 0) continue;
         const Matrix *w1 = &lw->experts[3 * e], *w2 = &lw->experts[3 * e + 1], *w3 = &lw->experts[3 * e + 2];
         matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){w1, w3}, 2, s->expert_in, m, &s->mm);
-        swiglu_rows(s->hb, s->hb2, m, c->hidden_dim);
+        gate_rows(s->hb, s->hb2, m, c->hidden_dim, c->ffn_gelu);
         matmul(s->expert_out, s->hb, m, w2, &s->mm);
         for (int r = 0; r < m; r++) {
             float *out = s->xb2 + (size_t)rows[r] * dim;
@@ -628,10 +704,14 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     int dim = c->dim, hs = c->head_size, kvd = kv_dim(c), q_dim = c->n_heads * hs;
     t->n_forward += n;
     threads_begin(&t->threads[n > 1]); // how many threads: the engine room times the steps
+    size_t local = (size_t)BATCH * hs / 2; // where the second table of angles starts
     for (int i = 0; i < n; i++) {
+        float *x = s->x + (size_t)i * dim, *cos_t = s->rope_cos + (size_t)i * hs / 2, *sin_t = s->rope_sin + (size_t)i * hs / 2;
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
-        dequantize_row(s->x + (size_t)i * dim, &w->token_embedding, tokens[i]);
-        rope_angles(s->rope_cos + (size_t)i * hs / 2, s->rope_sin + (size_t)i * hs / 2, pos + i, c, w->rope_freqs);
+        dequantize_row(x, &w->token_embedding, tokens[i]);
+        for (int d = 0; c->embed_scale > 0 && d < dim; d++) x[d] *= c->embed_scale;
+        rope_angles(cos_t, sin_t, pos + i, hs, c->rope_theta, c->rope_scale, w->rope_freqs);
+        if (c->rope_theta_local > 0) rope_angles(cos_t + local, sin_t + local, pos + i, hs, c->rope_theta_local, 1.0f, NULL);
     }
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -645,21 +725,23 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         add_bias(s->v, lw->bv, n, kvd);
         rmsnorm_heads(s->q, lw->q_norm, n * c->n_heads, hs, c->norm_eps);
         rmsnorm_heads(s->k, lw->k_norm, n * c->n_kv_heads, hs, c->norm_eps);
-        rope_rows(s, c, n);
+        rope_rows(s, c, n, lw->window > 0 && c->rope_theta_local > 0);
         store_kv(s, c, l, pos, s->k, s->v, n);
         attention_layer(t, l, pos, n, s->q, s->xb, (size_t)q_dim);
         matmul(s->xb2, s->xb, n, &lw->wo, &s->mm);
+        if (lw->post_att_norm) rmsnorm_rows(s->xb2, s->xb2, lw->post_att_norm, n, dim, c->norm_eps);
         add_rows(s->x, s->xb2, (size_t)n * dim);
 
-        // feed-forward: w2 (silu(w1 x) * w3 x), or a mixture of such experts
+        // feed-forward: w2 (silu(w1 x) * w3 x) (gelu for silu in GeGLU), or a mixture of such experts
         rmsnorm_rows(s->xb, s->x, lw->rms_ffn, n, dim, c->norm_eps);
         if (lw->experts) {
             mixture_of_experts(t, lw, n);
         } else {
             matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, n, &s->mm);
-            swiglu_rows(s->hb, s->hb2, n, c->hidden_dim);
+            gate_rows(s->hb, s->hb2, n, c->hidden_dim, c->ffn_gelu);
             matmul(s->xb2, s->hb, n, &lw->w2, &s->mm);
         }
+        if (lw->post_ffn_norm) rmsnorm_rows(s->xb2, s->xb2, lw->post_ffn_norm, n, dim, c->norm_eps);
         add_rows(s->x, s->xb2, (size_t)n * dim);
     }
 
@@ -667,9 +749,11 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
     if (logits_out) {
         rmsnorm_rows(s->x, s->x, w->rms_final, n, dim, c->norm_eps);
         matmul(logits_out, s->x, n, &w->wcls, &s->mm);
+        soft_cap(logits_out, (size_t)n * c->vocab_size, c->logit_softcap);
     } else if (want_last) {
         rmsnorm(s->xb, s->x + (size_t)(n - 1) * dim, w->rms_final, dim, c->norm_eps);
         matmul(s->logits, s->xb, 1, &w->wcls, &s->mm);
+        soft_cap(s->logits, (size_t)c->vocab_size, c->logit_softcap);
     }
     threads_end(&t->threads[n > 1], n);
 }
@@ -4467,15 +4551,14 @@ static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
     for (int j = 0; j < n; j++) out[j] += a * f16_to_f32_plain(v[j]);
 }
 
-// out (hs) = the sum over p < n of att[p] * v[p * stride ..], in order of p.
+// out (hs) += att[p] * v[p * stride ..] for p < n, added in order of p (so
+// that a ring cache's two runs of positions sum as one run would).
 // The SIMD builds call them for their tail columns, and the tests.
 __attribute__((unused)) static void attention_values_plain(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
-    memset(out, 0, (size_t)hs * sizeof(float));
     for (int p = 0; p < n; p++)
         for (int i = 0; i < hs; i++) out[i] += att[p] * v[(size_t)p * stride + i];
 }
 __attribute__((unused)) static void attention_values_f16_plain(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs) {
-    memset(out, 0, (size_t)hs * sizeof(float));
     for (int p = 0; p < n; p++) axpy_f16_plain(out, att[p], v + (size_t)p * stride, hs);
 }
 
@@ -4557,7 +4640,8 @@ static inline __attribute__((always_inline)) void attention_values_as(float *out
                                                                        int hs, int f16) {
     int i = 0;
     for (; i + 64 <= hs; i += 64) { // 64 outputs in four registers
-        __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        __m512 o0 = _mm512_loadu_ps(out + i), o1 = _mm512_loadu_ps(out + i + 16), o2 = _mm512_loadu_ps(out + i + 32),
+               o3 = _mm512_loadu_ps(out + i + 48);
         for (int p = 0; p < n; p++) {
             size_t at = (size_t)p * stride + i;
             __m512 a = _mm512_set1_ps(att[p]);
@@ -4573,7 +4657,7 @@ static inline __attribute__((always_inline)) void attention_values_as(float *out
     }
     for (; i < hs; i += 16) { // then 16 at a time, the last masked
         __mmask16 m = hs - i >= 16 ? (__mmask16)0xFFFF : tail_mask(hs - i);
-        __m512 o = _mm512_setzero_ps();
+        __m512 o = _mm512_maskz_loadu_ps(m, out + i);
         for (int p = 0; p < n; p++) o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(att[p]), load_16_masked(v, (size_t)p * stride + i, m, f16)));
         _mm512_mask_storeu_ps(out + i, m, o);
     }
@@ -4591,7 +4675,8 @@ static inline __attribute__((always_inline)) void attention_values_as(float *out
                                                                        int hs, int f16) {
     int i = 0;
     for (; i + 32 <= hs; i += 32) { // 32 outputs in four registers
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        __m256 o0 = _mm256_loadu_ps(out + i), o1 = _mm256_loadu_ps(out + i + 8), o2 = _mm256_loadu_ps(out + i + 16),
+               o3 = _mm256_loadu_ps(out + i + 24);
         for (int p = 0; p < n; p++) {
             size_t at = (size_t)p * stride + i;
             __m256 a = _mm256_set1_ps(att[p]);
@@ -4606,7 +4691,7 @@ static inline __attribute__((always_inline)) void attention_values_as(float *out
         _mm256_storeu_ps(out + i + 24, o3);
     }
     for (; i + 8 <= hs; i += 8) {
-        __m256 o = _mm256_setzero_ps();
+        __m256 o = _mm256_loadu_ps(out + i);
         for (int p = 0; p < n; p++) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_set1_ps(att[p]), load_8(v, (size_t)p * stride + i, f16)));
         _mm256_storeu_ps(out + i, o);
     }
@@ -4630,7 +4715,7 @@ static void attention_values_f16(float *out, const float *att, const uint16_t *v
 static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs) {
     int i = 0;
     for (; i + 16 <= hs; i += 16) { // 16 outputs in four registers
-        float32x4_t o0 = vdupq_n_f32(0.0f), o1 = o0, o2 = o0, o3 = o0;
+        float32x4_t o0 = vld1q_f32(out + i), o1 = vld1q_f32(out + i + 4), o2 = vld1q_f32(out + i + 8), o3 = vld1q_f32(out + i + 12);
         const float *vp = v + i;
         for (int p = 0; p < n; p++, vp += stride) {
             float32x4_t a = vdupq_n_f32(att[p]);
@@ -4645,7 +4730,7 @@ static void attention_values(float *out, const float *att, const float *v, size_
         vst1q_f32(out + i + 12, o3);
     }
     for (; i + 4 <= hs; i += 4) {
-        float32x4_t o = vdupq_n_f32(0.0f);
+        float32x4_t o = vld1q_f32(out + i);
         const float *vp = v + i;
         for (int p = 0; p < n; p++, vp += stride) o = vaddq_f32(o, vmulq_f32(vdupq_n_f32(att[p]), vld1q_f32(vp)));
         vst1q_f32(out + i, o);
@@ -4867,6 +4952,39 @@ static void swiglu(float *hb, const float *hb2, int n) {
     }
 #endif
     swiglu_plain(hb + i, hb2 + i, n - i);
+}
+
+// geglu_plain, in vectors where built: e^(-2u) with u = sqrt(2/pi) (g +
+// 0.044715 g^3), as -2 sqrt(2/pi) g (1 + 0.044715 g^2).
+static void geglu(float *hb, const float *hb2, int n) {
+    int i = 0;
+    const float a = -2.0f * 0.7978845608f, b = 0.044715f;
+#if HAVE_AVX512
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(hb + i);
+        __m512 arg = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(a), g),
+                                   _mm512_fmadd_ps(_mm512_set1_ps(b), _mm512_mul_ps(g, g), _mm512_set1_ps(1.0f)));
+        __m512 gelu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(arg)));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(gelu, _mm512_loadu_ps(hb2 + i)));
+    }
+#endif
+#if HAVE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(hb + i);
+        __m256 arg = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(a), g),
+                                   _mm256_fmadd_ps(_mm256_set1_ps(b), _mm256_mul_ps(g, g), _mm256_set1_ps(1.0f)));
+        __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_8(arg)));
+        _mm256_storeu_ps(hb + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(hb2 + i)));
+    }
+#elif HAVE_NEON
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t g = vld1q_f32(hb + i);
+        float32x4_t arg = vmulq_f32(vmulq_f32(vdupq_n_f32(a), g), vfmaq_f32(vdupq_n_f32(1.0f), vdupq_n_f32(b), vmulq_f32(g, g)));
+        float32x4_t gelu = vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), exp_4(arg)));
+        vst1q_f32(hb + i, vmulq_f32(gelu, vld1q_f32(hb2 + i)));
+    }
+#endif
+    geglu_plain(hb + i, hb2 + i, n - i);
 }
 
 /* Matrix-matrix products for prefill: n positions through one matrix, so
@@ -7782,10 +7900,14 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     return 0;
 }
 
-// The architectures run.c computes: Llama's, and Qwen 2's, which adds
-// q/k/v biases and pairs RoPE dimensions NEOX-style (i with i + head_size/2).
-static const struct { const char *name; int rope_neox; } architectures[] = {
-    {"llama", 0}, {"qwen2", 1}, {"qwen3", 1}, {"qwen3moe", 1}};
+// The architectures run.c computes, as data; what the tensors say (biases,
+// q/k norms, experts) the loader finds by itself. rope_neox: RoPE pairs
+// dimension i with i + head_size/2; gemma: GeGLU, the embedding scaled by
+// sqrt(dim), norms after attention and the feed-forward, and a sliding
+// window on five layers of six (when the file gives one).
+static const struct { const char *name; int rope_neox, gemma; } architectures[] = {
+    {"llama", 0, 0}, {"qwen2", 1, 0}, {"qwen3", 1, 0}, {"qwen3moe", 1, 0}, {"gemma3", 1, 1}};
+#define ARCHITECTURE_NAMES "llama, qwen2, qwen3, qwen3moe and gemma3"
 
 // The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
 static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
@@ -7817,6 +7939,39 @@ static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const c
     return 0;
 }
 
+// Gemma 3's fields: GeGLU, post-norms, the embedding times sqrt(dim), the
+// sliding window and its layers' RoPE base, the query scale, the logits'
+// soft cap (where the file has one).
+static int gguf_gemma(Config *c, const Gguf *g, const char *arch, const char *path) {
+    char key[96];
+    int64_t window = 0, period = 6;
+    c->ffn_gelu = c->post_norms = 1;
+    c->embed_scale = sqrtf((float)c->dim);
+    // llama.cpp's rule, after Gemma's own code: the 27B (62 layers) scales
+    // queries by 1/sqrt(dim / n_heads), the others by 1/sqrt(head_size);
+    // a file's attention.scale, where given, decides
+    c->query_scale = 1.0f / sqrtf((float)(c->n_layers == 62 ? c->dim / c->n_heads : c->head_size));
+    if (gguf_float(g, arch_key(key, sizeof key, arch, "attention.scale"), c->query_scale, &c->query_scale) != 0 ||
+        !(c->query_scale > 0.0f) || !isfinite(c->query_scale))
+        return fail("%s: metadata %s is not a positive number", path, key);
+    if (gguf_float(g, arch_key(key, sizeof key, arch, "final_logit_softcapping"), 0.0f, &c->logit_softcap) != 0 ||
+        !(c->logit_softcap >= 0.0f) || !isfinite(c->logit_softcap))
+        return fail("%s: metadata %s is not a number >= 0", path, key);
+    if (!gguf_find(g, arch_key(key, sizeof key, arch, "attention.sliding_window"))) return 0; // every layer global
+    if (gguf_int(g, key, 0, &window) != 0 || window <= 0 || window > c->seq_len)
+        return fail("%s: metadata %s is not a window in [1, context_length %d]", path, key, c->seq_len);
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.sliding_window_pattern"), period, &period) != 0 ||
+        period < 1 || period > c->n_layers + 1)
+        return fail("%s: metadata %s is not a layer period in [1, %d]", path, key, c->n_layers + 1);
+    c->window = (int)window;
+    c->window_period = (int)period;
+    c->rope_theta_local = 10000.0f; // llama.cpp's default for these layers
+    if (gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base_swa"), c->rope_theta_local, &c->rope_theta_local) != 0 ||
+        !(c->rope_theta_local > 0.0f) || !isfinite(c->rope_theta_local))
+        return fail("%s: metadata %s is not a positive number", path, key);
+    return 0;
+}
+
 static int gguf_config(Config *c, const Gguf *g, const char *path) {
     size_t len;
     int64_t split = 0, part = 0; // llama-gguf-split's parts: only the first has the metadata
@@ -7830,7 +7985,7 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
     for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
         if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
     if (a < 0)
-        return fail("%s: architecture '%.*s' is not supported (llama, qwen2, qwen3 and qwen3moe are)", path,
+        return fail("%s: architecture '%.*s' is not supported (" ARCHITECTURE_NAMES " are)", path,
                     (int)(len < 64 ? len : 64), name);
     const char *arch = architectures[a].name;
     char key[96];
@@ -7894,6 +8049,7 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
         rope_dims != c->head_size)
         return fail("%s: %s.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
                     path, arch, (long long)rope_dims, c->head_size);
+    if (architectures[a].gemma && gguf_gemma(c, g, arch, path) != 0) return -1;
     return gguf_rope_scaling(c, g, arch, path);
 }
 
@@ -7901,6 +8057,8 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
 static const char *const layer_tensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
                                             "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
                                             "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight"};
+// and those of an architecture with post-norms (gemma3)
+static const char *const post_norm_tensors[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
 // and the feed-forward's: a dense one, or a mixture of experts
 static const char *const dense_tensors[] = {"ffn_gate.weight", "ffn_down.weight", "ffn_up.weight"};
 static const char *const expert_tensors[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight",
@@ -7927,6 +8085,7 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
             return fail("%s: tensor %s is in layer %d, but block_count says %d layers", path, text, layer, c->n_layers);
         for (size_t k = 0; in_layer && k < sizeof layer_tensors / sizeof *layer_tensors; k++)
             used |= strcmp(text + at, layer_tensors[k]) == 0;
+        for (size_t k = 0; in_layer && c->post_norms && k < 2; k++) used |= strcmp(text + at, post_norm_tensors[k]) == 0;
         for (size_t k = 0; in_layer && c->n_experts == 0 && k < sizeof dense_tensors / sizeof *dense_tensors; k++)
             used |= strcmp(text + at, dense_tensors[k]) == 0;
         for (size_t k = 0; in_layer && c->n_experts > 0 && k < sizeof expert_tensors / sizeof *expert_tensors; k++)
@@ -7986,10 +8145,17 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         }
         struct { const char *suffix; const float **norm; } head_norms[] = {{"attn_q_norm", &lw->q_norm},
                                                                           {"attn_k_norm", &lw->k_norm}};
-        for (size_t i = 0; i < 2; i++) { // qwen3's, optional
+        for (size_t i = 0; i < 2; i++) { // qwen3's and gemma3's, optional
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, head_norms[i].suffix);
             if (gguf_tensor(g, name) && gguf_weight(g, name, 1, c->head_size, NULL, head_norms[i].norm, path)) return -1;
         }
+        const float **post[2] = {&lw->post_att_norm, &lw->post_ffn_norm};
+        for (int i = 0; c->post_norms && i < 2; i++) { // required where the architecture has them
+            snprintf(name, sizeof name, "blk.%d.%s", l, post_norm_tensors[i]);
+            if (gguf_weight(g, name, 1, c->dim, NULL, post[i], path)) return -1;
+        }
+        int period = c->window_period;
+        lw->window = c->window > 0 && l % period < period - 1 ? c->window : 0;
         struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
             {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
             {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
@@ -8446,7 +8612,7 @@ int transformer_open_mapped(Transformer *t, const char *path, int max_context) {
 int transformer_open_kv(Transformer *t, const char *path, int max_context, int kv_type) {
     if (transformer_open_mapped(t, path, max_context) != 0) return -1;
     if (choose_kernels(t, path) != 0) { transformer_close(t); return -1; }
-    if (alloc_run_state(&t->state, &t->config, kv_type) != 0) {
+    if (alloc_run_state(&t->state, &t->config, t->weights.layers, kv_type) != 0) {
         fail("%s: out of memory for a context of %d positions (try a smaller -c)", path, t->config.seq_len);
         transformer_close(t);
         return -1;
@@ -8943,8 +9109,15 @@ int bench_mode(Transformer *t, const char *path) {
     // what one generated token reads (the cache averaged over the generated
     // positions); the work of the prompt: matrices, attention, one classifier row
     double weights = weight_bytes(t);
-    double kv_per_position = 2.0 * c->n_layers * kv_dim(c) * (t->state.key_cache ? sizeof(float) : sizeof(uint16_t));
-    double kv_read = kv_per_position * (n_prompt + 1 + (n_generate - 1) / 2.0);
+    // the keys and values a generated token reads, on average: each layer's
+    // positions before it, or its window's
+    double kv_read = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int p = n_prompt; p < n_prompt + n_generate; p++) {
+            int window = t->weights.layers[l].window;
+            kv_read += window > 0 && p + 1 > window ? window : p + 1;
+        }
+    kv_read *= 2.0 * kv_dim(c) * (t->state.key_cache ? sizeof(float) : sizeof(uint16_t)) / n_generate;
     double attention_macs = 2.0 * c->n_layers * c->n_heads * c->head_size * (n_prompt * (n_prompt + 1.0) / 2);
     double prompt_flops = 2.0 * (layer_macs(c) * c->n_layers * n_prompt + attention_macs + (double)c->vocab_size * c->dim);
 
@@ -9527,6 +9700,8 @@ static const char *beyond_runc(const Transformer *t) {
     if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
     if (c->head_size * c->n_heads != c->dim) return "a head size other than dim / n_heads";
     if (c->n_experts > 0) return "a mixture of experts";
+    if (c->ffn_gelu || c->post_norms || c->embed_scale > 0 || c->query_scale > 0 || c->logit_softcap > 0 || c->window > 0)
+        return "Gemma's layers (GeGLU, post-norms, sliding windows)";
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &t->weights.layers[l];
         if (lw->bq || lw->bk || lw->bv) return "q/k/v biases";

@@ -150,7 +150,7 @@ static const char *const shared_only_cases[] = {
     "reference/llama3_family/logits/l3tiny_q8_0_chat", "reference/llama3_family/logits/qwtiny_q8_0_chat",
     "reference/llama3_family/logits/r256_rope_freqs", "reference/llama3_family/logits/q256_qwen2",
     "reference/arch/qwen3_f32", "reference/arch/qwen3moe_f32", "reference/arch/qwen3moe_q4_k_m",
-    "reference/arch/mixtral_f32",
+    "reference/arch/mixtral_f32", "reference/arch/gemma3_f32", "reference/arch/gemma3_q8_0",
 };
 enum { N_SHARED_ONLY_CASES = sizeof shared_only_cases / sizeof shared_only_cases[0] };
 
@@ -1851,7 +1851,7 @@ static void test_small_twins(void) {
     uint64_t rng = 31;
     float a[N], b[N], c[N], d[N];
     uint16_t h[N], h2[N];
-    int bad_swiglu = 0, bad_f16 = 0, bad_half = 0, bad_exp = 0;
+    int bad_swiglu = 0, bad_geglu = 0, bad_f16 = 0, bad_half = 0, bad_exp = 0;
     for (int trial = 0; trial < 20; trial++) {
         random_floats(&rng, a, N);
         random_floats(&rng, b, N);
@@ -1861,6 +1861,15 @@ static void test_small_twins(void) {
         swiglu(c, b, N);
         swiglu_plain(d, b, N);
         for (int i = 0; i < N; i++) bad_swiglu += fabsf(c[i] - d[i]) > 1e-6f * fabsf(d[i]) + 1e-30f;
+        memcpy(c, a, sizeof a);
+        memcpy(d, a, sizeof a);
+        geglu(c, b, N);
+        geglu_plain(d, b, N);
+        for (int i = 0; i < N; i++) { // fast and plain within 1e-6 |g b| of GELU's tanh form in double
+            double g = a[i], gelu = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * b[i];
+            bad_geglu += fabs(c[i] - gelu) > 1e-6 * fabs(g * b[i]);
+            bad_geglu += fabs(d[i] - gelu) > 1e-6 * fabs(g * b[i]); // (1 + tanh loses the far tail)
+        }
         f32_to_f16_row(h, b, N);
         f32_to_f16_row_plain(h2, b, N);
         bad_f16 += memcmp(h, h2, sizeof h) != 0;
@@ -1883,13 +1892,15 @@ static void test_small_twins(void) {
         float x = f16_to_f32((uint16_t)v), y = f16_to_f32_plain((uint16_t)v);
         bad_half += isnan(y) ? !isnan(x) : memcmp(&x, &y, sizeof x) != 0;
     }
-    report("kernels: swiglu, exp_row, the fp16 cache's dots and store and f16_to_f32 == their plain twins",
-           bad_swiglu == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
-           "swiglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu, bad_exp, bad_f16, bad_half);
+    report("kernels: swiglu, geglu, exp_row, the fp16 cache's dots and store and f16_to_f32 == their plain twins "
+           "(geglu: both within 1e-6 of GELU's tanh form in double)",
+           bad_swiglu == 0 && bad_geglu == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
+           "swiglu %d off, geglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu,
+           bad_geglu, bad_exp, bad_f16, bad_half);
 }
 
-// Attention's weighted sum of the values against its plain twin, bit for
-// bit (the same multiplies and adds in the same order), for head sizes that
+// Attention's weighted sum of the values (added to what out holds) against
+// its plain twin, bit for bit (the same multiplies and adds in the same order), for head sizes that
 // reach each path's blocks and tails, with a cache row wider than a head;
 // and the scores, one dot_f32 per key. The same for the fp16 cache: its
 // values' sum bit for bit, its scores score_f16 per key.
@@ -1906,7 +1917,8 @@ static void test_attention_twins(void) {
         for (int n = 1; n <= MAX_N; n += 12) {
             int hs = sizes[i];
             random_floats(&rng, att, MAX_N);
-            memset(fast, 0xFF, sizeof fast); // NaN: a value it does not write shows
+            random_floats(&rng, fast, MAX_HS); // what the sum adds to
+            memcpy(plain, fast, sizeof plain);
             attention_values(fast, att, v + 5, STRIDE, n, hs);
             attention_values_plain(plain, att, v + 5, STRIDE, n, hs);
             int off = memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
@@ -1916,7 +1928,8 @@ static void test_attention_twins(void) {
                 off |= memcmp(&att[p], &want, sizeof want) != 0;
             }
             random_floats(&rng, att, MAX_N);
-            memset(fast, 0xFF, sizeof fast);
+            random_floats(&rng, fast, MAX_HS);
+            memcpy(plain, fast, sizeof plain);
             attention_values_f16(fast, att, v16 + 5, STRIDE, n, hs);
             attention_values_f16_plain(plain, att, v16 + 5, STRIDE, n, hs);
             off |= memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
@@ -1945,7 +1958,9 @@ static void test_attention_layer(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int f16 = 0; f16 <= 1; f16++) {
             Transformer t;
+            LayerWeights layers[2] = {0}; // what attention reads of them: no sliding window
             memset(&t, 0, sizeof t);
+            t.weights.layers = layers;
             Config *c = &t.config;
             c->head_size = shapes[i].hs;
             c->n_heads = shapes[i].n_heads;
@@ -1960,7 +1975,7 @@ static void test_attention_layer(void) {
             float *cache = malloc(kv * sizeof(float)), *q = malloc(3 * q_dim * sizeof(float));
             float *want = malloc(3 * q_dim * sizeof(float)), *got = malloc(3 * q_dim * sizeof(float));
             float *att = malloc((size_t)c->seq_len * sizeof(float));
-            if (alloc_run_state(s, c, f16 ? TYPE_F16 : TYPE_F32) != 0 || !cache || !q || !want || !got || !att) {
+            if (alloc_run_state(s, c, NULL, f16 ? TYPE_F16 : TYPE_F32) != 0 || !cache || !q || !want || !got || !att) {
                 failed++;
             } else {
                 for (int side = 0; side < 2; side++) { // keys, then values
@@ -5817,6 +5832,10 @@ static double gguf_tolerance(const char *file_name) {
         {"q5_1", 3e-2}, {"q2_k", 3e-2}, {"q3_k", 3e-2}, {"q4_k", 3e-2}, {"q5_k", 3e-2}, {"q6_k", 3e-2},
         {"iq4_nl", 3e-2}, {"iq4_xs", 3e-2},
     };
+    // gemma3 F32: 1e-3, since llama.cpp's GELU rounds its input and output
+    // to fp16 (run.c's is exact; the reference's rounding alone moves the
+    // logits by about 6e-4)
+    if (!strncmp(file_name, "gemma3_", 7) && strstr(file_name, "f32")) return 1e-3;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (strstr(file_name, types[i].type)) return types[i].tolerance;
     return -1;
@@ -8546,9 +8565,97 @@ static void test_committed_data(void) {
    Architectures beyond llama and qwen2: qwen3 (a head size of its own,
    per-head q/k norms); mixtures of experts (qwen3moe, Mixtral's llama) */
 
+// A sliding-window layer's cache is a ring of window + BATCH - 1 positions
+// (a global layer's holds the context); over several times that many
+// positions, fed in blocks that cross the window, the logits are those of
+// the same model with full-length caches. kv_type: the caches' type.
+static void test_window_ring(const char *path, int kv_type) {
+    Transformer ring, full;
+    char name[200];
+    format_text(name, sizeof name, "sliding windows: a ring cache gives a full cache's logits over 400 positions, %s, "
+                "%s cache", strrchr(path, '/') + 1, kv_type == TYPE_F16 ? "f16" : "f32");
+    if (transformer_open_kv(&ring, path, 0, kv_type) != 0) { report(name, 0, "%s", error_message); return; }
+    if (transformer_open_kv(&full, path, 0, kv_type) != 0) { transformer_close(&ring); report(name, 0, "%s", error_message); return; }
+    free_run_state(&full.state);
+    int ok = alloc_run_state(&full.state, &full.config, NULL, kv_type) == 0;
+    const Config *c = &ring.config;
+    int n = 400, vocab = c->vocab_size, local = 0, global = 0, lens_ok = 1;
+    for (int l = 0; l < c->n_layers; l++) { // the ring's length, and the global layers' full one
+        int window = ring.weights.layers[l].window, want = window ? window + BATCH - 1 : c->seq_len;
+        local += window > 0, global += window == 0;
+        lens_ok &= ring.state.cache_len[l] == want && full.state.cache_len[l] == c->seq_len;
+    }
+    int *ids = malloc((size_t)n * sizeof(int));
+    float *want = malloc((size_t)n * vocab * sizeof(float)), *got = malloc((size_t)n * vocab * sizeof(float));
+    double worst = INFINITY;
+    if (ok && ids && want && got && c->seq_len >= n) {
+        uint64_t rng = 11;
+        for (int i = 0; i < n; i++) ids[i] = i == 0 ? c->bos_id : (int)(next_random(&rng) % (uint64_t)vocab);
+        int splits[] = {0, 5, 140, 141, 300, n};
+        for (int k = 0; k < 5; k++) {
+            int from = splits[k] < n ? splits[k] : n, count = (splits[k + 1] < n ? splits[k + 1] : n) - from;
+            if (count == 0) continue;
+            forward_batch(&ring, ids + from, count, from, got + (size_t)from * vocab);
+            forward_batch(&full, ids + from, count, from, want + (size_t)from * vocab);
+        }
+        worst = 0;
+        for (int p = 0; p < n; p++) {
+            double e = row_error(got + (size_t)p * vocab, want + (size_t)p * vocab, vocab);
+            if (e > worst) worst = e;
+        }
+    }
+    report(name, worst == 0 && lens_ok && local > 0 && global > 0 && n > 2 * (c->window + BATCH - 1),
+           "%d local layers (window %d, ring %d), %d global (%d positions), worst %.2e x max|logit| (must be 0: the same sums)",
+           local, c->window, c->window + BATCH - 1, global, c->seq_len, worst);
+    free(ids); free(want); free(got);
+    transformer_close(&ring);
+    transformer_close(&full);
+}
+
+// Gemma 3 files run.c must not compute with are refused in one line that
+// names the file and the problem: a window of 0 or beyond the context, a
+// key_length the tensors do not have, a missing post-norm.
+static void test_gemma_refusals(void) {
+    char src[PATH_SIZE];
+    data_path(src, "models/arch/gemma3_f32.gguf");
+    if (!file_exists(src)) { report("bad GGUF: Gemma 3 files run.c must refuse", 0, "no %s", src); return; }
+    static const struct { const char *label, *key, *key2; uint32_t value; const char *from, *to, *word; } cases[] = {
+        {"a sliding window of 0", "gemma3.attention.sliding_window", NULL, 0, NULL, NULL, "sliding_window"},
+        {"a sliding window beyond the context", "gemma3.attention.sliding_window", NULL, 5000, NULL, NULL, "context_length"},
+        {"a key_length the tensors do not have", "gemma3.attention.key_length", "gemma3.attention.value_length", 32, NULL,
+         NULL, "head size"},
+        {"a missing post-FFN norm", NULL, NULL, 0, "blk.3.post_ffw_norm.weight", "blk.3.post_ffw_norm.wexght", "post_ffw_norm"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[160], path[PATH_SIZE], status[64], err[256];
+        format_text(name, sizeof name, "bad GGUF: Gemma 3 with %s is refused in one line", cases[i].label);
+        format_text(path, sizeof path, "build/bad/gemma3-%zu.gguf", i);
+        if (patch_gguf(src, path, cases[i].from, cases[i].to, cases[i].key, cases[i].value) != 0 ||
+            (cases[i].key2 && patch_gguf(path, path, NULL, NULL, cases[i].key2, cases[i].value) != 0)) {
+            report(name, 0, "cannot write %s", path);
+            continue;
+        }
+        CliResult r;
+        cli(&r, path, "-n", "4", NULL);
+        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
+                         strstr(r.err.data, cases[i].word),
+               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
+        cli_free(&r);
+        remove(path);
+    }
+}
+
 static void arch_tests(void) {
-    static const char *const families[] = {"qwen3_", "qwen3moe_", "mixtral_", "moe64_"};
+    static const char *const families[] = {"qwen3_", "qwen3moe_", "mixtral_", "moe64_", "gemma3_"};
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) test_gguf_logits_named("reference/arch", families[i]);
+    char gemma[PATH_SIZE];
+    data_path(gemma, "models/arch/gemma3_q8_0.gguf");
+    test_batched_prefill(gemma, "gemma3_q8_0.gguf (sliding windows of 16: blocks cross them)");
+    data_path(gemma, "models/arch/gemma3_f32.gguf");
+    test_window_ring(gemma, TYPE_F32);
+    test_window_ring(gemma, TYPE_F16);
+    test_gemma_refusals();
     static const char *const models[][2] = { // a file, and what it has
         {"models/arch/qwen3_q4_k_m.gguf", "qwen3: head size 128 with dim 256, q/k norms"},
         {"models/arch/moe64.q8_0.gguf", "4 experts, 2 used: prefill groups the positions by expert"},
@@ -8598,7 +8705,7 @@ static const struct {
     {"bpe", bpe_tests, "byte-level BPE (Llama 3, Qwen): ids against llama.cpp and Hugging Face"},
     {"eog", eog_tests, "end of generation: each vocabulary's end tokens"},
     {"rope", rope_tests, "RoPE scaling (rope_freqs, linear) and the qwen2 architecture"},
-    {"arch", arch_tests, "architectures beyond llama and qwen2: qwen3, mixtures of experts (qwen3moe, Mixtral)"},
+    {"arch", arch_tests, "architectures beyond llama and qwen2: qwen3, mixtures of experts (qwen3moe, Mixtral), gemma3"},
     {"templates", template_tests, "chat templates against Hugging Face's renderings"},
     {"output", output_tests, "quantize's output files"},
     {"export", export_tests, "export.py (Debian's python3 with numpy), in a child process beside the others"},
