@@ -7285,9 +7285,10 @@ static void eog_tests(void) {
 // prompt starts a conversation), each through one chat at -n 1: -y and -i
 // give the first turn, stdin the rest. The trace must be each turn's ids,
 // with the one reply token sampled and the template's end-of-turn (end)
-// between turns: a reply cut by -n still gets its end-of-turn.
-static void test_chat_conversations(const char *tsv, const char *model, const char *tokenizer, const int *end,
-                                    int n_end, const char *template) {
+// between turns: a reply cut by -n still gets its end-of-turn. flags: up
+// to two more flags with their values for the command line (NULL ends them).
+static void chat_conversations(const char *tsv, const char *model, const char *tokenizer, const int *end, int n_end,
+                               const char *template, const char *const flags[4]) {
     char path[PATH_SIZE], name[256], status[64], err[256], comparison[1024];
     data_path(path, tsv);
     Pieces lines;
@@ -7332,10 +7333,10 @@ static void test_chat_conversations(const char *tsv, const char *model, const ch
             CliResult r;
             if (tokenizer)
                 cli_input(&r, CHAT_SCRIPT, model, "-z", tokenizer, "-m", "chat", "-y", system, "-i", first, "-n", "1",
-                          "-t", "0", "--trace", CHAT_TRACE, NULL);
+                          "-t", "0", "--trace", CHAT_TRACE, flags[0], flags[1], flags[2], flags[3], NULL);
             else
                 cli_input(&r, CHAT_SCRIPT, model, "-m", "chat", "-y", system, "-i", first, "-n", "1", "-t", "0",
-                          "--trace", CHAT_TRACE, NULL);
+                          "--trace", CHAT_TRACE, flags[0], flags[1], flags[2], flags[3], NULL);
             IntList trace;
             int traced = load_trace(&trace) == 0;
             for (int i = 1; traced && i < turn_starts.n; i++) // the sampled reply tokens
@@ -7353,6 +7354,12 @@ static void test_chat_conversations(const char *tsv, const char *model, const ch
         ints_free(&turn_starts);
     }
     pieces_free(&lines);
+}
+
+static void test_chat_conversations(const char *tsv, const char *model, const char *tokenizer, const int *end,
+                                    int n_end, const char *template) {
+    const char *const none[4] = {NULL};
+    chat_conversations(tsv, model, tokenizer, end, n_end, template, none);
 }
 
 // Control-token text typed in a chat line arrives as plain text: the turn
@@ -7535,6 +7542,70 @@ static void test_chat_render_tsv(const char *tsv, const char *vocab_file, int te
     tokenizer_close(&tk);
 }
 
+// Harmony's system message carries the level --reasoning gives (medium for
+// on and by default) and the date: RUN_DATE's, else today's.
+static void test_harmony_header(void) {
+    static const struct { int reasoning; const char *level; } levels[] = {
+        {REASONING_LOW, "low"}, {REASONING_HIGH, "high"}, {REASONING_ON, "medium"}, {REASONING_DEFAULT, "medium"}};
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        char vocab[PATH_SIZE], name[256], want[128], today[16], shown[256];
+        format_text(name, sizeof name, "chat: harmony: %s%s renders \"Reasoning: %s\" and the date",
+                    levels[i].reasoning ? "--reasoning " : "no --reasoning",
+                    levels[i].reasoning ? reasoning_names[levels[i].reasoning] : "", levels[i].level);
+        Tokenizer tk;
+        Chat chat;
+        if (vocab_chat(&chat, &tk, "models/vocab/gptoss-vocab.gguf", levels[i].reasoning, vocab) != 0) {
+            report(name, 0, "%s", error_message);
+            continue;
+        }
+        int today_ok = 1;
+        if (i == sizeof levels / sizeof levels[0] - 1) { // RUN_DATE unset: today's date
+            time_t now = time(NULL);
+            strftime(today, sizeof today, "%Y-%m-%d", localtime(&now));
+            chat = (Chat){.tk = &tk, .reasoning = levels[i].reasoning};
+            today_ok = chat_template_init(&chat) == 0;
+        } else {
+            format_text(today, sizeof today, "2026-11-28");
+        }
+        format_text(want, sizeof want, "Current date: %s\n\nReasoning: %s\n\n# Valid", today, levels[i].level);
+        int n = 0, *ids = today_ok ? render_turn(&chat, "Hi", 1, &n) : NULL;
+        size_t len = 0;
+        char *text = NULL;
+        if (ids) { // the ids after the leading <|start|>, as text (control tokens show nothing)
+            int *with_start = malloc(((size_t)n + 1) * sizeof(int));
+            if (with_start) {
+                with_start[0] = -1;
+                memcpy(with_start + 1, ids, (size_t)n * sizeof(int));
+                text = decode_ids(&tk, with_start, n + 1, &len);
+            }
+            free(with_start);
+        }
+        report(name, text && strstr(text, want) != NULL, "rendered %s", text ? quoted(text, len, shown, sizeof shown) : error_message);
+        free(text);
+        free(ids);
+        tokenizer_close(&tk);
+    }
+}
+
+// A harmony reply as the context keeps it replaces the reply generated, and
+// only what changed is fed again.
+static void test_context_replace_reply(void) {
+    Transformer t = {.config = {.seq_len = 16}};
+    int context[16] = {1, 2, 3, 10, 11, 12, 13, 14, 15};
+    Chat chat = {.t = &t, .context = context, .n_context = 9, .pos = 8};
+    int kept[] = {10, 11, 20, 21};
+    context_replace_reply(&chat, 3, kept, 4);
+    int want[] = {1, 2, 3, 10, 11, 20, 21};
+    report("chat: a reply replaced in the context is fed again from its first change",
+           chat.n_context == 7 && chat.pos == 5 && first_difference(context, 7, want, 7) < 0,
+           "n_context %d (want 7), pos %d (want 5)", chat.n_context, chat.pos);
+    int too_long[14] = {0};
+    chat.n_context = 9;
+    context_replace_reply(&chat, 3, too_long, 14);
+    report("chat: a kept reply that would not fit leaves the context as it is", chat.n_context == 9 && context[5] == 20,
+           "n_context %d", chat.n_context);
+}
+
 // The ids of a scripted reply: control tokens by their text in angle
 // brackets (one a piece), other pieces encoded as plain text. *at: the
 // index of the first id of piece number `piece` (the count of ids if none).
@@ -7632,6 +7703,81 @@ static void test_reply_channels(void) {
                       "[reasoning] Short question. [/reasoning]\nHello!", "Hello!", NULL);
 }
 
+static void test_reasoning_flags(const CliFiles *f, const char *harmony_model, const char *harmony_vocab);
+
+// Whole chats through the CLI with the Gemma 3 and gpt-oss vocabularies
+// (-z, their own templates) and random llama2.c models of their sizes;
+// then the reasoning flags, with the gpt-oss one.
+static void test_vocab_chats(const CliFiles *f) {
+    char harmony_model[PATH_SIZE] = "", harmony_vocab[PATH_SIZE] = "";
+    int harmony = 0;
+    static const struct { const char *tsv, *vocab, *model, *label; const char *args[10]; int end[2], n_end; } chats[] = {
+        {"reference/arch/chat/gemma3_chat.tsv", "models/vocab/gemma3-vocab.gguf", "gemma3-vocab-random", "gemma",
+         {"64", "192", "2", "4", "2", "262145", "512", "--seed", "62", NULL}, {106, 107}, 2},
+        {"reference/arch/chat/gptoss_chat.tsv", "models/vocab/gptoss-vocab.gguf", "gptoss-vocab-random", "harmony",
+         {"64", "192", "2", "4", "2", "200019", "512", "--seed", "61", NULL}, {200007}, 1},
+    };
+    const char *const none[4] = {NULL};
+    for (size_t i = 0; i < sizeof chats / sizeof chats[0]; i++) {
+        char vocab[PATH_SIZE], model[PATH_SIZE], name[256];
+        format_text(name, sizeof name, "chat: %s conversations of %s through the CLI", chats[i].label, chats[i].tsv);
+        if (!data_path(vocab, chats[i].vocab)) { report(name, 0, "no %s", vocab); continue; }
+        if (make_model(chats[i].model, chats[i].args, model) != 0) { report(name, 0, "cannot make %s", model); continue; }
+        setenv("RUN_DATE", "2026-11-28", 1); // the reference's date
+        chat_conversations(chats[i].tsv, model, vocab, chats[i].end, chats[i].n_end, chats[i].label, none);
+        unsetenv("RUN_DATE");
+        if (!strcmp(chats[i].label, "harmony")) {
+            harmony = 1;
+            format_text(harmony_model, PATH_SIZE, "%s", model);
+            format_text(harmony_vocab, PATH_SIZE, "%s", vocab);
+        }
+    }
+    test_reasoning_flags(f, harmony ? harmony_model : NULL, harmony_vocab);
+}
+
+// --reasoning and --hide-reasoning: bad values are usage errors naming the
+// flag; a setting the template cannot take, or a bad RUN_DATE, is refused
+// in one line; --hide-reasoning takes no value and leaves the next argument
+// be. harmony_model, harmony_vocab: a model with gpt-oss's vocabulary, or
+// NULL when there is none.
+static void test_reasoning_flags(const CliFiles *f, const char *harmony_model, const char *harmony_vocab) {
+    static const struct { const char *label, *flag, *value, *date; int harmony, status; const char *says; } cases[] = {
+        {"--reasoning with an unknown level is a usage error naming the levels", "--reasoning", "maybe", NULL, 0, 2,
+         "--reasoning: 'maybe' is not one of off, on, low, medium, high"},
+        {"--hide-reasoning=yes is a usage error: it takes no value", "--hide-reasoning=yes", NULL, NULL, 0, 2,
+         "--hide-reasoning: takes no value"},
+        {"--reasoning where the template has no such setting is refused", "--reasoning", "high", NULL, 0, 1,
+         "--reasoning high: the llama2 chat template has no reasoning setting"},
+        {"--hide-reasoning takes no value: the next flag is read as one", "--hide-reasoning", NULL, NULL, 0, 0, ""},
+        {"harmony: --reasoning off is refused (gpt-oss always reasons)", "--reasoning", "off", "2026-11-28", 1, 1,
+         "--reasoning off: gpt-oss always reasons"},
+        {"harmony: a RUN_DATE that is not YYYY-MM-DD is refused", "--reasoning", "high", "28.11.2026", 1, 1,
+         "RUN_DATE: '28.11.2026' is not a date YYYY-MM-DD"},
+        {"harmony: --reasoning high with --hide-reasoning chats", "--reasoning", "high", "2026-11-28", 1, 0, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[256], status[64], err[256];
+        format_text(name, sizeof name, "chat: %s", cases[i].label);
+        if (cases[i].harmony && !harmony_model) { report(name, 0, "no model of gpt-oss's vocabulary"); continue; }
+        CliResult r;
+        if (cases[i].date) setenv("RUN_DATE", cases[i].date, 1);
+        if (cases[i].harmony)
+            cli_input(&r, "/dev/null", harmony_model, "-z", harmony_vocab, "-m", "chat", "-y", "", "-i", "Hi", "-n", "2",
+                      "--hide-reasoning", cases[i].flag, cases[i].value, NULL);
+        else if (cases[i].value)
+            cli_input(&r, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", cases[i].flag, cases[i].value, "-y", "",
+                      "-i", "Hi", "-n", "2", NULL);
+        else // a flag without a value right before -y
+            cli_input(&r, "/dev/null", f->stories, "-z", f->tok512, "-m", "chat", cases[i].flag, "-y", "", "-i", "Hi",
+                      "-n", "2", NULL);
+        unsetenv("RUN_DATE");
+        int said = cases[i].status == 0 ? r.err.len == 0 : count_lines(&r.err) == 1 && strstr(r.err.data, cases[i].says);
+        report(name, r.status == cases[i].status && said, "%s, stderr %s", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, err, sizeof err));
+        cli_free(&r);
+    }
+}
+
 static void template_tests(void) {
     char l3tiny[PATH_SIZE], qwtiny[PATH_SIZE];
     CliFiles f;
@@ -7658,6 +7804,12 @@ static void template_tests(void) {
     test_chat_render_tsv("reference/arch/chat/gptoss_chat.tsv", "models/vocab/gptoss-vocab.gguf", TEMPLATE_HARMONY,
                          REASONING_DEFAULT);
     test_reply_channels();
+    test_harmony_header();
+    test_context_replace_reply();
+    const char *const qwen3_off[4] = {"--chat-template", "qwen3", "--reasoning", "off"};
+    chat_conversations("reference/arch/chat/qwen3_nothink_chat.tsv", qwtiny, NULL, chatml_end, 2,
+                       "qwen3 --reasoning off", qwen3_off);
+    test_vocab_chats(&f);
 }
 
 /* ============================================================================
