@@ -1773,7 +1773,8 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
               (gpt-oss). A reply runs through channels, <|channel|>"analysis"
               <|message|>...<|end|><|start|>"assistant"<|channel|>"final"<|message|>...
               <|return|>, and is kept in the context as the template renders an
-              earlier reply: <|channel|>"final"<|message|>{answer}<|end|>.
+              earlier reply: <|channel|>"final"<|message|>{answer}<|end|>. So is
+              Qwen3's: its <think>...</think> part dropped.
    (chatml and zephyr start with BOS when the model adds one). The first turn
    in the context carries the system prompt. Reasoning (harmony's analysis
    channel, <think>...</think>) is printed between [reasoning] and
@@ -2339,7 +2340,8 @@ static int *harmony_kept(const Chat *chat, const int *reply, int n, int *n_kept)
         if (reply[i] != chat->channel) continue;
         char name[16];
         int len = 0, j = i + 1;
-        for (; j < n && reply[j] != chat->message && chat->tk->kind[reply[j]] != TOKEN_CONTROL; j++) {
+        for (; j < n && reply[j] != chat->message && reply[j] != chat->channel && reply[j] != chat->start &&
+               reply[j] != chat->end_message; j++) { // other control tokens (<|constrain|>) spell nothing
             size_t piece_len;
             const char *piece = decode(chat->tk, -1, reply[j], &piece_len);
             for (size_t k = 0; k < piece_len && len + 1 < (int)sizeof name; k++) name[len++] = piece[k];
@@ -2362,6 +2364,38 @@ static int *harmony_kept(const Chat *chat, const int *reply, int n, int *n_kept)
     if (r.err) { free(r.ids); return NULL; }
     *n_kept = r.n - MAX_END;
     return r.ids;
+}
+
+// What of a Qwen3 reply the context keeps, as its template renders an
+// earlier reply: what follows the last </think>, its leading newlines
+// dropped (Qwen's pre-tokenizer keeps newlines in tokens of their own); the
+// reply as it is without </think>. A new array as harmony_kept's.
+static int *qwen3_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    int from = 0;
+    for (int i = 0; i < n; i++)
+        if (reply[i] == chat->end_think) from = i + 1;
+    for (; from > 0 && from < n; from++) { // from > 0: there was a </think>
+        size_t len;
+        const char *piece = decode(chat->tk, -1, reply[from], &len);
+        if (len == 0 || strspn(piece, "\n") < len) break;
+    }
+    int *kept = malloc(((size_t)(n - from) + MAX_END) * sizeof(int));
+    if (!kept) return NULL;
+    memcpy(kept, reply + from, (size_t)(n - from) * sizeof(int));
+    *n_kept = n - from;
+    return kept;
+}
+
+// What of a reply (reply[0..n), no end-of-turn) the context keeps: a new
+// array with room for the end-of-turn, or NULL when out of memory.
+static int *reply_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    if (chat->template == TEMPLATE_HARMONY) return harmony_kept(chat, reply, n, n_kept);
+    if (chat->template == TEMPLATE_QWEN3 && chat->end_think >= 0) return qwen3_kept(chat, reply, n, n_kept);
+    int *kept = malloc(((size_t)n + MAX_END) * sizeof(int));
+    if (!kept) return NULL;
+    memcpy(kept, reply, (size_t)n * sizeof(int));
+    *n_kept = n;
+    return kept;
 }
 
 // Puts the kept form of the reply (kept[0..n)) in the context after the
@@ -2400,8 +2434,8 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     }
     reply_finish(&view);
     interrupted = 0; // Ctrl-C ends the reply, not the chat
-    if (chat->template == TEMPLATE_HARMONY) {
-        int *kept = harmony_kept(chat, reply, n, &n);
+    if (chat->template == TEMPLATE_HARMONY || chat->template == TEMPLATE_QWEN3) {
+        int *kept = reply_kept(chat, reply, n, &n);
         free(reply);
         if (!(reply = kept)) { fail("out of memory"); return NULL; }
         context_replace_reply(chat, start, reply, n);

@@ -7670,9 +7670,9 @@ static char *show_reply(const Chat *chat, const IntList *ids, int *ended) {
 
 // A scripted reply through the chat's output: what is printed (with the
 // reasoning shown, then hidden), where the reply ends (the piece that
-// ends it, -1: none does), and for harmony
-// what the context keeps of it (kept: control tokens in angle brackets
-// and text, as script_ids reads them; NULL: the reply itself).
+// ends it, -1: none does), and for harmony and Qwen3 what the context
+// keeps of it (kept: control tokens in angle brackets and text, as
+// script_ids reads them; NULL: the reply itself).
 static void test_reply_script(const char *vocab_file, const char *label, const char *const *script, int want_end,
                               const char *shown, const char *hidden, const char *const *kept) {
     char vocab[PATH_SIZE], name[256], got_shown[512], got_hidden[512];
@@ -7687,7 +7687,8 @@ static void test_reply_script(const char *vocab_file, const char *label, const c
     chat.hide_reasoning = 1;
     char *b = show_reply(&chat, &ids, &ended_hidden);
     int n_kept = ended, *kept_ids = ids.v;
-    if (chat.template == TEMPLATE_HARMONY) kept_ids = harmony_kept(&chat, ids.v, ended, &n_kept);
+    if (chat.template == TEMPLATE_HARMONY || chat.template == TEMPLATE_QWEN3)
+        kept_ids = reply_kept(&chat, ids.v, ended, &n_kept);
     script_ids(&tk, kept ? kept : script, &want_kept, -1, &unused);
     if (!kept) want_kept.n = end_at;
     int kept_same = kept_ids && first_difference(kept_ids, n_kept, want_kept.v, want_kept.n) < 0;
@@ -7715,6 +7716,11 @@ static void test_reply_channels(void) {
     static const char *const final_end[] = {"<|channel|>", "final", "<|message|>", " Hi there", "<|end|>", "<|start|>",
         NULL};
     static const char *const final_end_kept[] = {"<|channel|>", "final", "<|message|>", " Hi there", NULL};
+    static const char *const constrained[] = {"<|channel|>", "final ", "<|constrain|>", "json", "<|message|>", "{}",
+        "<|return|>", NULL};
+    static const char *const constrained_kept[] = {"<|channel|>", "final", "<|message|>", "{}", NULL};
+    test_reply_script("models/vocab/gptoss-vocab.gguf", "harmony, a final message with a constraint", constrained, 6,
+                      "{}", "{}", constrained_kept);
     test_reply_script("models/vocab/gptoss-vocab.gguf", "harmony, a final message ended by <|end|>", final_end, 4,
                       "Hi there", "Hi there", final_end_kept);
     static const char *const call[] = {"<|channel|>", "commentary to=functions.f json", "<|message|>", "{}", "<|call|>",
@@ -7728,6 +7734,9 @@ static void test_reply_channels(void) {
         "\n", NULL};
     test_reply_script("models/vocab/qwen2-vocab.gguf", "<think> in a ChatML reply", think, 5,
                       "[reasoning] Short question. [/reasoning]\nHello!", "Hello!", NULL);
+    static const char *const answer_only[] = {"Hello!", NULL};
+    test_reply_script("models/vocab/qwen3-vocab.gguf", "qwen3 thinking, kept without it", think, 5,
+                      "[reasoning] Short question. [/reasoning]\nHello!", "Hello!", answer_only);
 }
 
 static void test_reasoning_flags(const CliFiles *f, const char *harmony_model, const char *harmony_vocab);
