@@ -804,7 +804,7 @@ typedef struct { int merged, left_len, rank; } BpePair;
 // tokenizer.chat_template is recognized as, or NONE (no template: Llama 2's
 // format is used) or UNKNOWN (the user must choose one).
 enum { TEMPLATE_NONE = -1, TEMPLATE_LLAMA2, TEMPLATE_LLAMA3, TEMPLATE_CHATML, TEMPLATE_ZEPHYR, TEMPLATE_MISTRAL,
-       TEMPLATE_UNKNOWN };
+       TEMPLATE_GEMMA, TEMPLATE_QWEN3, TEMPLATE_HARMONY, TEMPLATE_UNKNOWN };
 
 typedef struct {
     char **vocab;          // (vocab_size) pieces, NUL-terminated (byte-level BPE: raw bytes)
@@ -1846,14 +1846,34 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
               <|im_start|>"assistant\n" {reply}<|im_end|>"\n"
      zephyr   "<|system|>\n{system}" EOS "\n<|user|>\n{user}" EOS "\n<|assistant|>\n" {reply} EOS,
               later turns "\n<|user|>\n{user}" EOS "\n<|assistant|>\n"
+     gemma    BOS <start_of_turn>"user\n{system}\n\n{user}"<end_of_turn>"\n"<start_of_turn>"model\n"
+              {reply}<end_of_turn>"\n" (the system prompt folded into the first message,
+              which is trimmed, as Gemma 3's template does)
+     qwen3    chatml; with --reasoning off (enable_thinking false) the assistant's
+              header is followed by an empty <think>"\n\n"</think>"\n\n"
+     harmony  <|start|>"system"<|message|>"{identity, dates, Reasoning: LEVEL, channels}"<|end|>
+              <|start|>"developer"<|message|>"# Instructions\n\n{system}\n\n"<|end|>
+              <|start|>"user"<|message|>"{user}"<|end|><|start|>"assistant" {reply}<|end|>
+              (gpt-oss). A reply runs through channels, <|channel|>"analysis"
+              <|message|>...<|end|><|start|>"assistant"<|channel|>"final"<|message|>...
+              <|return|>, and is kept in the context as the template renders an
+              earlier reply: <|channel|>"final"<|message|>{answer}<|end|>. So is
+              Qwen3's: its <think>...</think> part dropped.
    (chatml and zephyr start with BOS when the model adds one). The first turn
-   in the context carries the system prompt. The KV cache holds the
+   in the context carries the system prompt. Reasoning (harmony's analysis
+   channel, <think>...</think>) is printed between [reasoning] and
+   [/reasoning], or not at all with --hide-reasoning. The KV cache holds the
    conversation, so a turn costs only its own tokens. When a turn does not
    fit, the oldest whole turns are dropped and what is kept is evaluated
    again. */
 
-static const char *const template_names[] = {"llama2", "llama3", "chatml", "zephyr", "mistral"};
-#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral"
+static const char *const template_names[] = {"llama2", "llama3", "chatml", "zephyr", "mistral", "gemma", "qwen3",
+                                             "harmony"};
+#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral, gemma, qwen3, harmony"
+
+// --reasoning: the template's default, or what the user chose.
+enum { REASONING_DEFAULT, REASONING_OFF, REASONING_ON, REASONING_LOW, REASONING_MEDIUM, REASONING_HIGH };
+static const char *const reasoning_names[] = {"default", "off", "on", "low", "medium", "high"};
 
 static int contains(const char *s, size_t len, const char *word) {
     size_t n = strlen(word);
@@ -1865,7 +1885,10 @@ static int contains(const char *s, size_t len, const char *word) {
 // Which template a Jinja chat template is, by distinctive substrings, as
 // llama.cpp's llm_chat_detect_template tells them apart.
 static int recognize_template(const char *jinja, size_t len) {
-    if (contains(jinja, len, "<|im_start|>")) return TEMPLATE_CHATML;
+    if (contains(jinja, len, "<|start|>") && contains(jinja, len, "<|channel|>")) return TEMPLATE_HARMONY;
+    if (contains(jinja, len, "<start_of_turn>")) return TEMPLATE_GEMMA;
+    if (contains(jinja, len, "<|im_start|>"))
+        return contains(jinja, len, "enable_thinking") ? TEMPLATE_QWEN3 : TEMPLATE_CHATML;
     if (contains(jinja, len, "[SYSTEM_PROMPT]")) return TEMPLATE_UNKNOWN; // Mistral's v7, not rendered here
     if (contains(jinja, len, "[INST]")) return contains(jinja, len, "<<SYS>>") ? TEMPLATE_LLAMA2 : TEMPLATE_MISTRAL;
     if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
@@ -1919,7 +1942,14 @@ typedef struct {
     const char *system; // NULL or "" for none
     int max_reply;      // tokens per reply, the end-of-turn excluded
     int template;       // TEMPLATE_*
-    int start_header, end_header, eot, im_start, im_end; // the template's control tokens, or -1
+    int reasoning;      // REASONING_*: --reasoning, as the template takes it (harmony: a level; qwen3: on or off)
+    int hide_reasoning; // --hide-reasoning: reasoning is not printed
+    char date[16];      // harmony: the current date, YYYY-MM-DD
+    int start_header, end_header, eot, im_start, im_end; // the template's control tokens, or -1 (im_start and
+                                                          // im_end: Gemma's <start_of_turn> and <end_of_turn>)
+    int start, message, channel, end_message, stop, call; // harmony's <|start|>, <|message|>, <|channel|>,
+                                                          // <|end|>, <|return|>, <|call|>; or -1
+    int think, end_think; // <think> and </think> when the vocabulary has them, or -1
     int end[MAX_END];   // what ends a reply in the context
     int n_end;
     Turn *turns;        // (n_turns) every turn so far
@@ -2002,6 +2032,48 @@ static void render_llama3(Rendering *r, const Chat *chat, const char *sys, const
     put_text(r, "\n\n");
 }
 
+// Gemma's turn: the system prompt folded into the message, the message trimmed.
+static void render_gemma(Rendering *r, const Chat *chat, const char *sys, const char *user) {
+    char *trimmed = strip_copy(user);
+    if (!trimmed) { r->err = fail("out of memory"); return; }
+    put_id(r, chat->im_start);
+    put_text(r, "user\n%s%s%s", sys ? sys : "", sys ? "\n\n" : "", trimmed);
+    put_id(r, chat->im_end);
+    put_text(r, "\n");
+    put_id(r, chat->im_start);
+    put_text(r, "model\n");
+    free(trimmed);
+}
+
+// Harmony's message header: <|start|>{role}<|message|>.
+static void put_harmony_header(Rendering *r, const Chat *chat, const char *role) {
+    put_id(r, chat->start);
+    put_text(r, "%s", role);
+    put_id(r, chat->message);
+}
+
+// gpt-oss's turn; the first carries the system message (with the date and
+// the reasoning level) and the user's system prompt as the developer's.
+static void render_harmony(Rendering *r, const Chat *chat, const char *sys, const char *user, int first) {
+    if (first) {
+        put_harmony_header(r, chat, "system");
+        put_text(r, "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
+                 "Current date: %s\n\nReasoning: %s\n\n# Valid channels: analysis, commentary, final. "
+                 "Channel must be included for every message.", chat->date, reasoning_names[chat->reasoning]);
+        put_id(r, chat->end_message);
+        if (sys) {
+            put_harmony_header(r, chat, "developer");
+            put_text(r, "# Instructions\n\n%s\n\n", sys);
+            put_id(r, chat->end_message);
+        }
+    }
+    put_harmony_header(r, chat, "user");
+    put_text(r, "%s", user);
+    put_id(r, chat->end_message);
+    put_id(r, chat->start);
+    put_text(r, "assistant");
+}
+
 // The prompt of one turn into a new array; first: the turn starts the
 // context, and so carries BOS and the system prompt. NULL on failure.
 static int *render_turn(Chat *chat, const char *user, int first, int *n) {
@@ -2015,6 +2087,7 @@ static int *render_turn(Chat *chat, const char *user, int first, int *n) {
         render_llama3(&r, chat, sys, user);
         break;
     case TEMPLATE_CHATML:
+    case TEMPLATE_QWEN3:
         if (first && tk->add_bos) put_id(&r, bos);
         if (sys) { put_id(&r, chat->im_start); put_text(&r, "system\n%s", sys); put_id(&r, chat->im_end); put_text(&r, "\n"); }
         put_id(&r, chat->im_start);
@@ -2023,6 +2096,19 @@ static int *render_turn(Chat *chat, const char *user, int first, int *n) {
         put_text(&r, "\n");
         put_id(&r, chat->im_start);
         put_text(&r, "assistant\n");
+        if (chat->template == TEMPLATE_QWEN3 && chat->reasoning == REASONING_OFF) { // thinking skipped
+            put_id(&r, chat->think);
+            put_text(&r, "\n\n");
+            put_id(&r, chat->end_think);
+            put_text(&r, "\n\n");
+        }
+        break;
+    case TEMPLATE_GEMMA:
+        if (first) put_id(&r, bos);
+        render_gemma(&r, chat, sys, user);
+        break;
+    case TEMPLATE_HARMONY:
+        render_harmony(&r, chat, sys, user, first);
         break;
     case TEMPLATE_ZEPHYR:
         if (first && tk->add_bos) put_id(&r, bos);
@@ -2052,6 +2138,48 @@ static int template_token(const Tokenizer *tk, const char *text, int template) {
                 "--chat-template)", template_names[template], text);
 }
 
+// The id of the token spelled text, of any kind, or -1.
+static int token_spelled(const Tokenizer *tk, const char *text) {
+    for (int id = 0; id < tk->vocab_size; id++)
+        if (!strcmp(tk->vocab[id], text)) return id;
+    return -1;
+}
+
+// Harmony's current date: RUN_DATE (YYYY-MM-DD, for reproducible
+// renderings) or today's. -1 with error_message.
+static int harmony_date(char date[16]) {
+    const char *given = getenv("RUN_DATE");
+    if (given) {
+        int ok = strlen(given) == 10 && given[4] == '-' && given[7] == '-';
+        for (int i = 0; ok && i < 10; i++) ok = i == 4 || i == 7 || isdigit((unsigned char)given[i]);
+        if (!ok) return fail("RUN_DATE: '%.40s' is not a date YYYY-MM-DD (or unset it for today's)", given);
+        snprintf(date, 16, "%s", given);
+        return 0;
+    }
+    time_t now = time(NULL);
+    struct tm day;
+    if (!localtime_r(&now, &day) || strftime(date, 16, "%Y-%m-%d", &day) == 0) return fail("cannot tell today's date");
+    return 0;
+}
+
+// --reasoning as the template takes it: harmony a level (medium by
+// default, and no off), qwen3 thinking on or off, the others none.
+static int reasoning_for_template(Chat *chat, int template) {
+    int r = chat->reasoning;
+    if (template == TEMPLATE_HARMONY) {
+        if (r == REASONING_OFF)
+            return fail("--reasoning off: gpt-oss always reasons; choose low, medium or high (--hide-reasoning "
+                        "keeps its reasoning off the screen)");
+        chat->reasoning = r == REASONING_DEFAULT || r == REASONING_ON ? REASONING_MEDIUM : r;
+    } else if (template == TEMPLATE_QWEN3) {
+        chat->reasoning = r == REASONING_OFF ? REASONING_OFF : REASONING_ON; // Qwen3 has no levels
+    } else if (r != REASONING_DEFAULT) {
+        return fail("--reasoning %s: the %s chat template has no reasoning setting (qwen3's and harmony's have)",
+                    reasoning_names[r], template_names[template]);
+    }
+    return 0;
+}
+
 // Sets up the chat's template: the tokenizer's own, Llama 2's when the
 // model has none; its control tokens and end-of-turn. -1 with error_message.
 static int chat_template_init(Chat *chat) {
@@ -2070,17 +2198,38 @@ static int chat_template_init(Chat *chat) {
                 "(--chat-template NAME picks another: " TEMPLATE_CHOICES ")\n");
     chat->template = template;
     chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
+    chat->start = chat->message = chat->channel = chat->end_message = chat->stop = chat->call = -1;
     chat->n_end = 0;
+    if (reasoning_for_template(chat, template) != 0) return -1;
+    chat->think = template == TEMPLATE_HARMONY ? -1 : token_spelled(tk, "<think>");
+    chat->end_think = chat->think < 0 ? -1 : token_spelled(tk, "</think>");
+    if (chat->end_think < 0) chat->think = -1;
+    if (template == TEMPLATE_QWEN3 && chat->reasoning == REASONING_OFF && chat->think < 0)
+        return fail("--reasoning off: this vocabulary lacks Qwen3's <think> and </think> tokens");
+    if (template == TEMPLATE_GEMMA && ((chat->im_start = template_token(tk, "<start_of_turn>", template)) < 0 ||
+                                       (chat->im_end = template_token(tk, "<end_of_turn>", template)) < 0))
+        return -1;
+    if (template == TEMPLATE_HARMONY &&
+        ((chat->start = template_token(tk, "<|start|>", template)) < 0 ||
+         (chat->message = template_token(tk, "<|message|>", template)) < 0 ||
+         (chat->channel = template_token(tk, "<|channel|>", template)) < 0 ||
+         (chat->end_message = template_token(tk, "<|end|>", template)) < 0 ||
+         (chat->stop = template_token(tk, "<|return|>", template)) < 0 || harmony_date(chat->date) != 0))
+        return -1;
+    if (template == TEMPLATE_HARMONY) chat->call = token_spelled(tk, "<|call|>");
     if (template == TEMPLATE_LLAMA3 &&
         ((chat->start_header = template_token(tk, "<|start_header_id|>", template)) < 0 ||
          (chat->end_header = template_token(tk, "<|end_header_id|>", template)) < 0 ||
          (chat->eot = template_token(tk, "<|eot_id|>", template)) < 0))
         return -1;
-    if (template == TEMPLATE_CHATML && ((chat->im_start = template_token(tk, "<|im_start|>", template)) < 0 ||
-                                        (chat->im_end = template_token(tk, "<|im_end|>", template)) < 0))
+    if ((template == TEMPLATE_CHATML || template == TEMPLATE_QWEN3) &&
+        ((chat->im_start = template_token(tk, "<|im_start|>", template)) < 0 ||
+         (chat->im_end = template_token(tk, "<|im_end|>", template)) < 0))
         return -1;
     if (template == TEMPLATE_LLAMA3) chat->end[chat->n_end++] = chat->eot;
-    else if (template == TEMPLATE_CHATML) { // <|im_end|> and the newline after it
+    else if (template == TEMPLATE_HARMONY) chat->end[chat->n_end++] = chat->end_message;
+    else if (template == TEMPLATE_CHATML || template == TEMPLATE_QWEN3 || template == TEMPLATE_GEMMA) {
+        // <|im_end|> (Gemma's <end_of_turn>) and the newline after it
         int newline[8], n = 0;
         chat->end[chat->n_end++] = chat->im_end;
         if (encode(chat->tk, "\n", 1, 0, 0, newline, &n) != 0) return -1;
@@ -2156,35 +2305,225 @@ static int make_room(Chat *chat, const char *user, int need_after) {
     return 1;
 }
 
-// Streams a reply to stdout; returns its ids with the template's end-of-turn
-// last (NULL on failure). The first piece's leading space goes, as after
-// "Assistant:" there is one already.
+/* A reply on the screen. Reasoning (harmony's analysis and commentary
+   channels, <think>...</think>) is printed between [reasoning] and
+   [/reasoning], or not at all with --hide-reasoning; the answer as it comes.
+   The whitespace around each part goes; harmony's headers are not printed. */
+enum { PART_ANSWER, PART_REASONING, PART_HEADER };
+
+typedef struct {
+    const Chat *chat;
+    TextOut text;
+    int part;            // PART_*: what the next tokens are
+    int skip_space;      // 1: the first piece's leading space goes (as after "Assistant:" there is one);
+                         // 2: leading whitespace goes (a part's start)
+    int open;            // "[reasoning]" is printed and not yet closed
+    int newline;         // a part was closed: a newline comes before the next text
+    char held[32];       // reasoning's trailing whitespace so far, printed only if text follows
+    int n_held;
+    char name[16];       // harmony: the channel the header names so far
+    int n_name;
+} ReplyView;
+
+static void reply_view_init(ReplyView *v, const Chat *chat, FILE *out) {
+    *v = (ReplyView){.chat = chat, .text = {.out = out}, .skip_space = 1,
+                     .part = chat->template == TEMPLATE_HARMONY ? PART_HEADER : PART_ANSWER};
+}
+
+// Ends the current part and starts the next.
+static void reply_part(ReplyView *v, int part) {
+    if (v->open) { text_put(&v->text, " [/reasoning]", 13); v->open = 0; v->newline = 1; }
+    v->n_held = 0;
+    v->n_name = 0;
+    v->part = part;
+    v->skip_space = 2;
+}
+
+// Prints a piece of text of the current part.
+static void reply_text(ReplyView *v, const char *piece, size_t len) {
+    if (v->part == PART_HEADER) { // harmony: the channel's name, kept to tell the part
+        for (size_t i = 0; i < len && v->n_name + 1 < (int)sizeof v->name; i++) v->name[v->n_name++] = piece[i];
+        v->name[v->n_name] = '\0';
+        return;
+    }
+    if (v->part == PART_REASONING && v->chat->hide_reasoning) return;
+    if (v->skip_space == 1) {
+        if (len > 0 && piece[0] == ' ') piece++, len--;
+        v->skip_space = 0;
+    }
+    if (v->skip_space == 2) {
+        while (len > 0 && isspace((unsigned char)piece[0])) piece++, len--;
+        if (len == 0) return;
+        v->skip_space = 0;
+    }
+    size_t text_len = len; // reasoning's trailing whitespace is held back
+    if (v->part == PART_REASONING)
+        while (text_len > 0 && isspace((unsigned char)piece[text_len - 1])) text_len--;
+    if (text_len > 0) {
+        if (v->newline) { text_put(&v->text, "\n", 1); v->newline = 0; }
+        if (v->part == PART_REASONING && !v->open) { text_put(&v->text, "[reasoning] ", 12); v->open = 1; }
+        text_put(&v->text, v->held, (size_t)v->n_held);
+        v->n_held = 0;
+        text_put(&v->text, piece, text_len);
+    }
+    for (size_t i = text_len; i < len; i++) {
+        if (v->n_held == (int)sizeof v->held) { text_put(&v->text, v->held, (size_t)v->n_held); v->n_held = 0; }
+        v->held[v->n_held++] = piece[i];
+    }
+}
+
+// Whether harmony's header names the final channel ("final", maybe with
+// a constraint after a space).
+static int names_final(const char *name) {
+    return !strncmp(name, "final", 5) && (name[5] == '\0' || name[5] == ' ');
+}
+
+// Takes the reply's next token (prev: the one before, -1 for none) and
+// prints what it shows; 1 if it ends the reply instead (it is not part of
+// it): EOS and the model's other end-of-generation tokens; for harmony
+// <|return|>, <|call|> and the <|end|> of a final message (an <|end|>
+// after analysis lets the reply go on to its answer).
+static int reply_take(ReplyView *v, int prev, int token) {
+    const Chat *chat = v->chat;
+    if (chat->template == TEMPLATE_HARMONY) {
+        if (token == chat->stop || token == chat->call) return 1;
+        if (token == chat->end_message) {
+            int answered = v->part == PART_ANSWER;
+            reply_part(v, PART_HEADER);
+            return answered;
+        }
+        if (token == chat->start) { reply_part(v, PART_HEADER); return 0; }
+        if (token == chat->channel) { v->n_name = 0; v->name[0] = '\0'; return 0; }
+        if (token == chat->message && v->part == PART_HEADER) {
+            reply_part(v, names_final(v->name) ? PART_ANSWER : PART_REASONING);
+            return 0;
+        }
+    }
+    if (ends_generation(chat->tk, token)) return 1;
+    if (token == chat->think) { reply_part(v, PART_REASONING); return 0; }
+    if (token == chat->end_think) { reply_part(v, PART_ANSWER); return 0; }
+    size_t len;
+    const char *piece = decode(chat->tk, prev, token, &len);
+    reply_text(v, piece, len);
+    return 0;
+}
+
+static void reply_finish(ReplyView *v) {
+    if (v->open) text_put(&v->text, " [/reasoning]", 13);
+    v->open = 0;
+    text_finish(&v->text);
+}
+
+// What of a harmony reply (reply[0..n), no end-of-turn) the context keeps,
+// as the template renders an earlier reply: the final message alone,
+// <|channel|>"final"<|message|>{answer}; the reply as it is when it has
+// none. A new array with room for the end-of-turn; NULL when out of memory.
+static int *harmony_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    int answer = -1, answer_end = n; // the final message's first id, and its end
+    for (int i = 0; i < n; i++) {
+        if (reply[i] != chat->channel) continue;
+        char name[16];
+        int len = 0, j = i + 1;
+        for (; j < n && reply[j] != chat->message && reply[j] != chat->channel && reply[j] != chat->start &&
+               reply[j] != chat->end_message; j++) { // other control tokens (<|constrain|>) spell nothing
+            size_t piece_len;
+            const char *piece = decode(chat->tk, -1, reply[j], &piece_len);
+            for (size_t k = 0; k < piece_len && len + 1 < (int)sizeof name; k++) name[len++] = piece[k];
+        }
+        name[len] = '\0';
+        if (j < n && reply[j] == chat->message && names_final(name)) answer = j + 1;
+    }
+    for (int i = answer < 0 ? n : answer; i < n; i++)
+        if (reply[i] == chat->end_message || reply[i] == chat->stop || reply[i] == chat->call) { answer_end = i; break; }
+    Rendering r = {.tk = chat->tk};
+    if (answer < 0) {
+        for (int i = 0; i < n; i++) put_id(&r, reply[i]);
+    } else {
+        put_id(&r, chat->channel);
+        put_text(&r, "final");
+        put_id(&r, chat->message);
+        for (int i = answer; i < answer_end; i++) put_id(&r, reply[i]);
+    }
+    for (int i = 0; i < MAX_END; i++) put_id(&r, 0); // room for the end-of-turn
+    if (r.err) { free(r.ids); return NULL; }
+    *n_kept = r.n - MAX_END;
+    return r.ids;
+}
+
+// What of a Qwen3 reply the context keeps, as its template renders an
+// earlier reply: what follows the last </think>, its leading newlines
+// dropped (Qwen's pre-tokenizer keeps newlines in tokens of their own); the
+// reply as it is without </think>. A new array as harmony_kept's.
+static int *qwen3_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    int from = 0;
+    for (int i = 0; i < n; i++)
+        if (reply[i] == chat->end_think) from = i + 1;
+    for (; from > 0 && from < n; from++) { // from > 0: there was a </think>
+        size_t len;
+        const char *piece = decode(chat->tk, -1, reply[from], &len);
+        if (len == 0 || strspn(piece, "\n") < len) break;
+    }
+    int *kept = malloc(((size_t)(n - from) + MAX_END) * sizeof(int));
+    if (!kept) return NULL;
+    memcpy(kept, reply + from, (size_t)(n - from) * sizeof(int));
+    *n_kept = n - from;
+    return kept;
+}
+
+// What of a reply (reply[0..n), no end-of-turn) the context keeps: a new
+// array with room for the end-of-turn, or NULL when out of memory.
+static int *reply_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    if (chat->template == TEMPLATE_HARMONY) return harmony_kept(chat, reply, n, n_kept);
+    if (chat->template == TEMPLATE_QWEN3 && chat->end_think >= 0) return qwen3_kept(chat, reply, n, n_kept);
+    int *kept = malloc(((size_t)n + MAX_END) * sizeof(int));
+    if (!kept) return NULL;
+    memcpy(kept, reply, (size_t)n * sizeof(int));
+    *n_kept = n;
+    return kept;
+}
+
+// Puts the kept form of the reply (kept[0..n)) in the context after the
+// prompt (from start); what changed is fed again with the next turn.
+static void context_replace_reply(Chat *chat, int start, const int *kept, int n) {
+    if (start + n > chat->t->config.seq_len) return; // cannot: it stays as generated
+    int same = 0;
+    while (same < n && start + same < chat->n_context && chat->context[start + same] == kept[same]) same++;
+    memcpy(chat->context + start, kept, (size_t)n * sizeof(int));
+    chat->n_context = start + n;
+    if (chat->pos > start + same) chat->pos = start + same;
+}
+
+// Streams a reply to stdout; returns its ids as the context keeps them,
+// the template's end-of-turn last (NULL on failure).
 static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     const Config *c = &chat->t->config;
     int limit = chat->max_reply > 0 && chat->max_reply < c->seq_len ? chat->max_reply : c->seq_len; // no reply outgrows the context
     int *reply = malloc(((size_t)limit + MAX_END) * sizeof(int));
     if (!reply) { fail("out of memory"); return NULL; }
-    TextOut text = {.out = stdout};
-    int n = 0, prev = -1; // -1: no BOS before, the piece comes whole
+    ReplyView view;
+    reply_view_init(&view, chat, stdout);
+    int n = 0, prev = -1, start = chat->n_context; // prev -1: no BOS before, the piece comes whole
     while (n < limit && !interrupted) {
         if (!logits_finite(logits, c->vocab_size)) {
             fprintf(stderr, "\nrun: the model's logits are not finite (NaN or infinity); reply ended\n");
             break;
         }
         int next = sample(chat->sampler, logits, chat->context, chat->n_context);
-        if (ends_generation(chat->tk, next)) break;
-        size_t len;
-        const char *piece = decode(chat->tk, prev, next, &len);
-        if (n == 0 && len > 0 && piece[0] == ' ') { piece++; len--; }
-        text_put(&text, piece, len);
+        if (reply_take(&view, prev, next)) break;
         flush_output(stdout);
         reply[n++] = prev = next;
         if (chat->n_context == c->seq_len) { fprintf(stderr, "\nrun: context full; reply cut\n"); break; }
         chat->context[chat->n_context++] = next;
         if (n < limit) logits = feed_context(chat);
     }
-    text_finish(&text);
+    reply_finish(&view);
     interrupted = 0; // Ctrl-C ends the reply, not the chat
+    if (chat->template == TEMPLATE_HARMONY || chat->template == TEMPLATE_QWEN3) {
+        int *kept = reply_kept(chat, reply, n, &n);
+        free(reply);
+        if (!(reply = kept)) { fail("out of memory"); return NULL; }
+        context_replace_reply(chat, start, reply, n);
+    }
     // however it ended, the reply ends with the end-of-turn, fed with the next turn
     for (int i = 0; i < chat->n_end; i++) reply[n++] = chat->end[i];
     *n_reply = n;
@@ -2310,9 +2649,11 @@ static void free_chat(Chat *chat) {
 }
 
 // The interactive loop; ends cleanly (0) at end of input.
+// reasoning: a REASONING_* (--reasoning); hide_reasoning: --hide-reasoning.
 int chat_mode(Transformer *t, Tokenizer *tk, Sampler *sampler, const char *system,
-                     const char *first_message, int max_reply) {
-    Chat chat = {.t = t, .tk = tk, .sampler = sampler, .system = system, .max_reply = max_reply};
+                     const char *first_message, int max_reply, int reasoning, int hide_reasoning) {
+    Chat chat = {.t = t, .tk = tk, .sampler = sampler, .system = system, .max_reply = max_reply,
+                 .reasoning = reasoning, .hide_reasoning = hide_reasoning};
     if (chat_template_init(&chat) != 0) return -1;
     chat.context = malloc((size_t)t->config.seq_len * sizeof(int));
     if (!chat.context) return fail("out of memory");
@@ -8198,6 +8539,7 @@ static const struct { const char *name; int pre, ignore_merges; } bpe_pre_names[
     {"qwen2", PRE_QWEN2, 0},      {"stablelm2", PRE_QWEN2, 0},
     {"gpt-2", PRE_GPT2, 0},       {"mpt", PRE_GPT2, 0},         {"olmo", PRE_GPT2, 0},
     {"smollm", PRE_DIGITS, 0},    {"starcoder", PRE_DIGITS, 0}, {"refact", PRE_DIGITS, 0},
+    {"gpt-4o", PRE_LLAMA3, 0}, // TEMPORARY (chat branch): stands in until o200k's own pre-tokenizer lands
 };
 
 /* GPT-2 spells each byte as one code point: printable Latin-1 bytes
@@ -9192,12 +9534,13 @@ static const char *const mode_names[] = {"generate", "chat", "tokenize", "logits
 
 enum { FLAG_TEMP, FLAG_TOP_P, FLAG_TOP_K, FLAG_MIN_P, FLAG_REPEAT_PENALTY, FLAG_REPEAT_LAST_N, FLAG_SEED, FLAG_STEPS,
        FLAG_CONTEXT, FLAG_PROMPT, FLAG_FILE, FLAG_TOKENIZER, FLAG_MODE, FLAG_SYSTEM, FLAG_OUTPUT, FLAG_DTYPE, FLAG_TRACE,
-       FLAG_KV, FLAG_THREADS, FLAG_CHAT_TEMPLATE, N_FLAGS };
+       FLAG_KV, FLAG_THREADS, FLAG_CHAT_TEMPLATE, FLAG_REASONING, FLAG_HIDE_REASONING, N_FLAGS };
 
 typedef struct {
     const char *short_name; // llama2.c's, or NULL
     const char *long_name;  // llama.cpp's (or ours), or NULL
     int modes;              // the modes that use it
+    int is_switch;          // takes no value
 } Flag;
 
 static const Flag cli_flags[N_FLAGS] = {
@@ -9221,6 +9564,8 @@ static const Flag cli_flags[N_FLAGS] = {
     [FLAG_KV] = {NULL, "--kv", MODES_FORWARD},
     [FLAG_THREADS] = {NULL, "--threads", MODES_ALL},
     [FLAG_CHAT_TEMPLATE] = {NULL, "--chat-template", MODE_CHAT},
+    [FLAG_REASONING] = {NULL, "--reasoning", MODE_CHAT},
+    [FLAG_HIDE_REASONING] = {NULL, "--hide-reasoning", MODE_CHAT, 1},
 };
 
 typedef struct {
@@ -9235,6 +9580,8 @@ typedef struct {
     const char *trace;         // --trace
     int kv_type;               // --kv: TYPE_F32 or TYPE_F16
     int chat_template;         // --chat-template: a TEMPLATE_*, or TEMPLATE_NONE: the model's own
+    int reasoning;             // --reasoning: a REASONING_*
+    int hide_reasoning;        // --hide-reasoning
     int dtype;                 // --dtype (quantize mode), a TYPE_*
     int steps;                 // -n
     int steps_given;
@@ -9267,8 +9614,11 @@ void usage(FILE *f) {
         "  -z <file>                  tokenizer: tokenizer.bin or a GGUF file (default: the GGUF\n"
         "                             model's own, else ./tokenizer.bin)\n"
         "  -y, --system-prompt <s>    system prompt (chat mode)\n"
-        "      --chat-template <name> chat mode: " TEMPLATE_CHOICES "\n"
-        "                             (default: the model's own template)\n"
+        "      --chat-template <name> chat mode: llama2, llama3, chatml, zephyr, mistral, gemma,\n"
+        "                             qwen3, harmony (default: the model's own template)\n"
+        "      --reasoning <level>    chat mode: off | on | low | medium | high: Qwen3 thinks or\n"
+        "                             not, gpt-oss reasons at that level (default: the template's)\n"
+        "      --hide-reasoning       chat mode: print the answer, not the reasoning before it\n"
         "  -o <file>                  output file (logits and quantize modes)\n"
         "      --trace <file>         append every token id fed to the model, one per line\n"
         "mode and model:\n"
@@ -9419,6 +9769,11 @@ static int set_flag(Options *o, int f, const char *name, const char *v) {
         o->chat_template = template_by_name(v);
         if (o->chat_template < 0) return fail("%s: '%s' is not one of " TEMPLATE_CHOICES, name, v);
         return 0;
+    case FLAG_REASONING:
+        for (int r = REASONING_OFF; r <= REASONING_HIGH; r++)
+            if (!strcmp(v, reasoning_names[r])) { o->reasoning = r; return 0; }
+        return fail("%s: '%s' is not one of off, on, low, medium, high", name, v);
+    case FLAG_HIDE_REASONING: o->hide_reasoning = 1; return 0;
     default: // FLAG_THREADS
         err = parse_int(name, v, 1, 1024, &n);
         o->threads = (int)n;
@@ -9569,6 +9924,12 @@ int parse_args(Options *o, int argc, char **argv) {
             continue;
         }
         const char *name = arg[1] == '-' ? cli_flags[f].long_name : cli_flags[f].short_name;
+        if (cli_flags[f].is_switch && value) {
+            fail("%s: takes no value", name);
+            add_problem(problems, sizeof problems, &n_problems);
+            continue;
+        }
+        if (cli_flags[f].is_switch) value = "";
         if (!value && i + 1 >= argc) {
             fail("%s: missing value", name);
             add_problem(problems, sizeof problems, &n_problems);
@@ -9763,7 +10124,8 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     if (sampler_init(&sampler, c->vocab_size, o->sampling, seed) != 0) return fail("out of memory");
     int steps = o->steps, err;
     if (o->mode_bit == MODE_CHAT) {
-        err = chat_mode(t, tk, &sampler, o->system_prompt, o->prompt || o->prompt_file ? text : NULL, steps);
+        err = chat_mode(t, tk, &sampler, o->system_prompt, o->prompt || o->prompt_file ? text : NULL, steps,
+                        o->reasoning, o->hide_reasoning);
         sampler_free(&sampler);
         return err;
     }
