@@ -705,7 +705,7 @@ float *forward(Transformer *t, int token, int pos) {
    piece as <0xXX> byte tokens. */
 
 // Token kinds, numbered as SentencePiece and GGUF number them. User-defined
-// tokens (byte-level BPE) are found whole in the text before it is split.
+// tokens (GGUF files) are found whole in the text before it is split.
 enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_USER_DEFINED = 4, TOKEN_UNUSED = 5,
        TOKEN_BYTE = 6 };
 
@@ -740,14 +740,15 @@ typedef struct {
     int eog[MAX_EOG];      // tokens that end generation besides BOS and EOS (GGUF: EOT, ...;
                            // see ends_generation)
     int n_eog;
+    int *user_tokens;      // (n_user_tokens) the user-defined tokens (GGUF), by first byte, longest first
+    int n_user_tokens;
+    int user_from[257];    // user_tokens[user_from[b]..user_from[b + 1]) start with byte b
     // byte-level BPE (GPT-2, Llama 3, Qwen 2) only:
     int byte_level;        // 1: byte-level BPE, 0: SentencePiece
     int pre;               // PRE_*: the pre-tokenizer that splits text into words
     int ignore_merges;     // a word that is a token is taken whole (Llama 3)
     BpePair *pairs;        // (pairs_size) hash table of merges by (merged, left_len)
     size_t pairs_size;     // a power of two
-    int *user_tokens;      // (n_user_tokens) the user-defined tokens, longest first
-    int n_user_tokens;
 } Tokenizer;
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -781,8 +782,9 @@ static unsigned char guess_kind(const char *p, int len) {
     return TOKEN_NORMAL;
 }
 
-// Fills the hash table with the normal pieces; the first of two equal
-// pieces wins, as in SentencePiece. Empties the byte table.
+// Fills the hash table with the normal pieces (SentencePiece: and the
+// user-defined ones, which merge like them); the first of two equal pieces
+// wins, as in SentencePiece. Empties the byte table.
 static int index_pieces(Tokenizer *tk) {
     tk->table_size = 16;
     while (tk->table_size < 2 * (size_t)tk->vocab_size) tk->table_size *= 2;
@@ -792,7 +794,8 @@ static int index_pieces(Tokenizer *tk) {
     for (int b = 0; b < 256; b++) tk->byte_token[b] = -1;
     for (int id = 0; id < tk->vocab_size; id++) {
         const char *p = tk->vocab[id];
-        if (tk->kind[id] != TOKEN_NORMAL || lookup_piece(tk, p, (size_t)tk->piece_len[id]) >= 0) continue;
+        int merges = tk->kind[id] == TOKEN_NORMAL || (tk->kind[id] == TOKEN_USER_DEFINED && !tk->byte_level);
+        if (!merges || lookup_piece(tk, p, (size_t)tk->piece_len[id]) >= 0) continue;
         size_t mask = tk->table_size - 1, i = hash_bytes(p, (size_t)tk->piece_len[id]) & mask;
         while (tk->table[i] >= 0) i = (i + 1) & mask;
         tk->table[i] = id;
@@ -810,7 +813,8 @@ static int index_vocab(Tokenizer *tk) {
     // no piece holding them (Llama 2's has "  ", tok512's has none).
     tk->remove_extra_spaces = 1;
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->kind[id] == TOKEN_NORMAL && strstr(tk->vocab[id], "  ")) tk->remove_extra_spaces = 0;
+        if ((tk->kind[id] == TOKEN_NORMAL || tk->kind[id] == TOKEN_USER_DEFINED) && strstr(tk->vocab[id], "  "))
+            tk->remove_extra_spaces = 0;
     for (int id = 0; id < tk->vocab_size; id++) {
         if (tk->kind[id] == TOKEN_BYTE) {
             int b = (int)strtol(tk->vocab[id] + 3, NULL, 16);
@@ -907,13 +911,13 @@ static void queue_merge(const Tokenizer *tk, const char *text, const Symbol *sym
 // as ' ', as tokenizer.bin spells it, whether it came from a space or from a
 // literal U+2581. A malformed byte becomes U+FFFD. With remove_extra_spaces,
 // leading and trailing spaces go and runs of spaces become one.
-static size_t normalize(const Tokenizer *tk, const char *text, size_t len, char *out) {
+static size_t normalize(const Tokenizer *tk, const char *text, size_t len, int prefix, char *out) {
     static const char space_symbol[] = "\xE2\x96\x81", replacement[] = "\xEF\xBF\xBD";
     size_t i = 0, n = 0;
     if (tk->remove_extra_spaces)
         while (i < len && text[i] == ' ') i++;
     if (i == len) return 0;
-    if (tk->add_dummy_prefix) out[n++] = ' ';
+    if (prefix) out[n++] = ' ';
     int prev_space = tk->remove_extra_spaces;
     while (i < len) {
         int clen = utf8_char((const unsigned char *)text + i, len - i);
@@ -930,17 +934,15 @@ static size_t normalize(const Tokenizer *tk, const char *text, size_t len, char 
     return n;
 }
 
-// SentencePiece's encoding of text[0..len) (see encode).
-static int encode_sentencepiece(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
-                                int *n_tokens) {
-    *n_tokens = 0;
-    if (add_bos) tokens[(*n_tokens)++] = tk->bos_id;
-    if (len > (size_t)INT_MAX / 4) return fail("prompt of %zu bytes is too long", len);
+// Appends SentencePiece's pieces of text[0..len), which holds no
+// user-defined token, with the dummy prefix if prefix.
+static int encode_sentencepiece_text(Tokenizer *tk, const char *text, size_t len, int prefix, int *tokens,
+                                     int *n_tokens) {
     char *s = malloc(3 * len + 2);
     Symbol *sym = malloc((3 * len + 2) * sizeof(Symbol));
     Merge *heap = malloc((3 * len + 2) * 3 * sizeof(Merge)); // n initial + 2 per merge
     if (!s || !sym || !heap) { free(s); free(sym); free(heap); return fail("out of memory encoding a prompt"); }
-    size_t n = normalize(tk, text, len, s);
+    size_t n = normalize(tk, text, len, prefix, s);
     int n_sym = 0, n_heap = 0;
     for (size_t i = 0; i < n; n_sym++) { // one symbol per UTF-8 character
         int clen = utf8_char((const unsigned char *)s + i, n - i);
@@ -971,6 +973,60 @@ static int encode_sentencepiece(Tokenizer *tk, const char *text, size_t len, int
         }
     }
     free(s); free(sym); free(heap);
+    return 0;
+}
+
+// The bytes that user-defined token id spells in text: its piece, where a
+// SentencePiece piece's space stands for the U+2581 it was written with.
+static size_t user_token_bytes(const Tokenizer *tk, int id) {
+    size_t n = (size_t)tk->piece_len[id];
+    if (!tk->byte_level)
+        for (int i = 0; i < tk->piece_len[id]; i++) n += tk->vocab[id][i] == ' ' ? 2 : 0;
+    return n;
+}
+
+// The longest user-defined token that text[0..len) starts with, or -1; *n
+// is how many bytes of text it takes.
+static int user_token_at(const Tokenizer *tk, const char *text, size_t len, size_t *n) {
+    unsigned char b = (unsigned char)text[0];
+    for (int i = tk->user_from[b]; i < tk->user_from[b + 1]; i++) { // longest first
+        int id = tk->user_tokens[i];
+        const char *p = tk->vocab[id];
+        size_t at = 0;
+        for (int k = 0; k < tk->piece_len[id] && at <= len; k++) {
+            int symbol = p[k] == ' ' && !tk->byte_level;
+            if (symbol ? len - at < 3 || memcmp(text + at, "\xE2\x96\x81", 3) != 0 : at == len || text[at] != p[k])
+                break;
+            at += symbol ? 3 : 1;
+            if (k + 1 == tk->piece_len[id]) { *n = at; return id; }
+        }
+    }
+    return -1;
+}
+
+// SentencePiece's encoding of text[0..len) (see encode). User-defined
+// tokens (GGUF) are taken out of the raw text first, longest at each place,
+// as SentencePiece, llama.cpp and Hugging Face do: a literal U+2581 U+2581 is
+// Gemma's user-defined token, while two spaces become pieces by merging.
+// The dummy prefix goes only before text that starts the prompt.
+static int encode_sentencepiece(Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
+                                int *n_tokens) {
+    *n_tokens = 0;
+    if (add_bos) tokens[(*n_tokens)++] = tk->bos_id;
+    if (len > (size_t)INT_MAX / 4) return fail("prompt of %zu bytes is too long", len);
+    for (size_t start = 0, i = 0; i <= len; i++) { // pieces between user-defined tokens
+        size_t n = 0;
+        int id = i < len && tk->n_user_tokens > 0 ? user_token_at(tk, text + i, len - i, &n) : -1;
+        if (id < 0 && i < len) continue;
+        if (i > start && encode_sentencepiece_text(tk, text + start, i - start, tk->add_dummy_prefix && start == 0,
+                                                   tokens, n_tokens) != 0)
+            return -1;
+        if (id >= 0) {
+            tokens[(*n_tokens)++] = id;
+            i += n - 1;
+            start = i + 1;
+        }
+    }
     if (add_eos) tokens[(*n_tokens)++] = tk->eos_id;
     return 0;
 }
@@ -1237,15 +1293,6 @@ static void bpe_merge_text(const Tokenizer *tk, const char *text, size_t len, Un
         if (ids[i] >= 0) tokens[(*n_tokens)++] = ids[i];
 }
 
-// The longest user-defined token that text[0..len) starts with, or -1.
-static int user_token_at(const Tokenizer *tk, const char *text, size_t len) {
-    for (int i = 0; i < tk->n_user_tokens; i++) { // longest first
-        int id = tk->user_tokens[i];
-        size_t n = (size_t)tk->piece_len[id];
-        if (n <= len && memcmp(text, tk->vocab[id], n) == 0) return id;
-    }
-    return -1;
-}
 
 // Byte-level BPE's encoding of text[0..len) (see encode).
 static int encode_bpe(const Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
@@ -1259,12 +1306,13 @@ static int encode_bpe(const Tokenizer *tk, const char *text, size_t len, int add
     Merge *heap = malloc((len + 1) * 3 * sizeof *heap); // n initial + 2 per merge
     int ok = u.cp && u.cls && u.at && sym && ids && heap;
     for (size_t start = 0, i = 0; ok && i <= len; i++) { // pieces between user-defined tokens
-        int id = i < len && tk->n_user_tokens > 0 ? user_token_at(tk, text + i, len - i) : -1;
+        size_t n = 0;
+        int id = i < len && tk->n_user_tokens > 0 ? user_token_at(tk, text + i, len - i, &n) : -1;
         if (id < 0 && i < len) continue;
         bpe_merge_text(tk, text + start, i - start, &u, sym, ids, heap, tokens, n_tokens);
         if (id >= 0) {
             tokens[(*n_tokens)++] = id;
-            i += (size_t)tk->piece_len[id] - 1;
+            i += n - 1;
             start = i + 1;
         }
     }
@@ -8134,20 +8182,40 @@ static int bpe_merges(Tokenizer *tk, const GgufValue *merges, const char *path) 
     return 0;
 }
 
-// The user-defined tokens, longest first, so that encoding finds the longest.
+// A user-defined token as bpe_user_tokens sorts them.
+typedef struct { int first, len, id; } UserToken;
+
+static int user_token_order(const void *a, const void *b) { // by first byte, then longest, then lowest id
+    const UserToken *x = a, *y = b;
+    if (x->first != y->first) return x->first - y->first;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id - y->id;
+}
+
+// The user-defined tokens (of either kind of vocabulary), grouped by first
+// byte and longest first within a group, so that encoding finds the longest
+// by looking only at those that can match (Gemma has thousands).
 static int bpe_user_tokens(Tokenizer *tk, const char *path) {
     int n = 0;
     for (int id = 0; id < tk->vocab_size; id++) n += tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0;
+    UserToken *sorted = malloc((size_t)n * sizeof *sorted + 1);
     tk->user_tokens = malloc((size_t)n * sizeof(int) + 1);
-    if (!tk->user_tokens) return fail("%s: out of memory", path);
+    if (!sorted || !tk->user_tokens) { free(sorted); return fail("%s: out of memory", path); }
+    n = 0;
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0) tk->user_tokens[tk->n_user_tokens++] = id;
-    for (int i = 1; i < n; i++) // insertion sort: a handful of tokens
-        for (int j = i; j > 0 && tk->piece_len[tk->user_tokens[j]] > tk->piece_len[tk->user_tokens[j - 1]]; j--) {
-            int t = tk->user_tokens[j];
-            tk->user_tokens[j] = tk->user_tokens[j - 1];
-            tk->user_tokens[j - 1] = t;
-        }
+        if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0)
+            sorted[n++] = (UserToken){tk->vocab[id][0] == ' ' && !tk->byte_level ? 0xE2 : (unsigned char)tk->vocab[id][0],
+                                      (int)user_token_bytes(tk, id), id};
+    qsort(sorted, (size_t)n, sizeof *sorted, user_token_order);
+    memset(tk->user_from, 0, sizeof tk->user_from);
+    for (int i = 0; i < n; i++) {
+        tk->user_tokens[i] = sorted[i].id;
+        tk->user_from[sorted[i].first + 1] = i + 1;
+    }
+    for (int b = 1; b <= 256; b++) // a byte no token starts with: an empty group
+        if (tk->user_from[b] < tk->user_from[b - 1]) tk->user_from[b] = tk->user_from[b - 1];
+    tk->n_user_tokens = n;
+    free(sorted);
     return 0;
 }
 
@@ -8225,11 +8293,14 @@ static int gguf_vocab_sentencepiece(Tokenizer *tk, const Gguf *g, const char *pa
         tk->piece_len[i] = (int)k;
         tk->scores[i] = scores ? read_f32(scores->elems + 4 * (size_t)i) : 0.0f;
         int type = types ? read_i32(types->elems + 4 * (size_t)i) : 0;
-        // user-defined pieces (4) merge like normal ones; unused ones (5) never
-        tk->kind[i] = type == 1 || type == 4 ? TOKEN_NORMAL : type == 2 ? TOKEN_UNKNOWN : type == 3 || type == 5 ? TOKEN_CONTROL
+        // user-defined pieces (4) merge like normal ones and are also found
+        // whole in the text; unused ones (5) never merge
+        tk->kind[i] = type == 1 ? TOKEN_NORMAL : type == 4 && k > 0 ? TOKEN_USER_DEFINED : type == 2 ? TOKEN_UNKNOWN
+                    : type == 3 || type == 5 ? TOKEN_CONTROL
                     : type == 6 && is_byte_piece(out, (int)k) ? TOKEN_BYTE : guess_kind(out, (int)k);
     }
     if (index_vocab(tk) != 0) return fail("%s: out of memory", path);
+    if (bpe_user_tokens(tk, path) != 0) return -1;
     int64_t bos, eos, add_bos, add_prefix;
     if (gguf_int(g, "tokenizer.ggml.bos_token_id", 1, &bos) || gguf_int(g, "tokenizer.ggml.eos_token_id", 2, &eos) ||
         gguf_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos) ||

@@ -742,6 +742,10 @@ static const VocabInfo vocabularies[] = {
     // also tokenize on the command line by themselves
     {"llama3_", "models/vocab/llama3-vocab.gguf", 128256, NULL, "models/vocab/llama3-vocab.gguf"},
     {"qwen2_", "models/vocab/qwen2-vocab.gguf", 151669, NULL, "models/vocab/qwen2-vocab.gguf"},
+    // only in the shared directory (too big to commit): Gemma 3's SentencePiece
+    // vocabulary and gpt-oss's o200k byte-level BPE
+    {"gemma3_", "models/vocab/gemma3-vocab.gguf", 262145, NULL, "models/vocab/gemma3-vocab.gguf"},
+    {"o200k_", "models/vocab/gptoss-vocab.gguf", 200019, NULL, "models/vocab/gptoss-vocab.gguf"},
 };
 
 static const VocabInfo *vocab_for(const char *file_name) {
@@ -1061,6 +1065,26 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     pieces_free(&cases);
 }
 
+// The vocabularies of the newer architectures (Gemma 3, gpt-oss's o200k):
+// every case of reference/arch/tokenizer, and a long prompt of each.
+static void arch_tokenizer_tests(void) {
+    char dir[PATH_SIZE];
+    NameList files;
+    if (!data_path(dir, "reference/arch/tokenizer") || list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
+        report("arch tokenizer reference files", 0, "no .inp files in %s", dir);
+        return;
+    }
+    for (int i = 0; i < files.n; i++) test_tokenizer_file(dir, files.names[i], NULL);
+    const VocabInfo *done[2] = {NULL, NULL};
+    for (int i = 0; i < files.n; i++) {
+        const VocabInfo *v = vocab_for(files.names[i]);
+        if (!v || !strstr(files.names[i], "_prose") || v == done[0] || v == done[1]) continue;
+        test_encode_speed(v, dir, files.names[i], 12000, 1.0);
+        done[done[0] != NULL] = v;
+    }
+    names_free(&files);
+}
+
 static void tokenizer_tests(void) {
     char dir[PATH_SIZE];
     data_path(dir, "reference/tokenizer");
@@ -1080,6 +1104,7 @@ static void tokenizer_tests(void) {
     for (int i = 0; i < files.n; i++)
         if (vocab_for(files.names[i]) == llama) { test_encode_speed(llama, dir, files.names[i], 12000, 1.0); break; }
     names_free(&files);
+    arch_tokenizer_tests();
 }
 
 /* ============================================================================
