@@ -1065,25 +1065,7 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     pieces_free(&cases);
 }
 
-// The vocabularies of the newer architectures (Gemma 3, gpt-oss's o200k):
-// every case of reference/arch/tokenizer, and a long prompt of each.
-static void arch_tokenizer_tests(void) {
-    char dir[PATH_SIZE];
-    NameList files;
-    if (!data_path(dir, "reference/arch/tokenizer") || list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
-        report("arch tokenizer reference files", 0, "no .inp files in %s", dir);
-        return;
-    }
-    for (int i = 0; i < files.n; i++) test_tokenizer_file(dir, files.names[i], NULL);
-    const VocabInfo *done[2] = {NULL, NULL};
-    for (int i = 0; i < files.n; i++) {
-        const VocabInfo *v = vocab_for(files.names[i]);
-        if (!v || !strstr(files.names[i], "_prose") || v == done[0] || v == done[1]) continue;
-        test_encode_speed(v, dir, files.names[i], 12000, 1.0);
-        done[done[0] != NULL] = v;
-    }
-    names_free(&files);
-}
+static void arch_tokenizer_tests(void); // with the byte-level BPE tests
 
 static void tokenizer_tests(void) {
     char dir[PATH_SIZE];
@@ -6887,6 +6869,77 @@ static void bpe_tests(void) {
 }
 
 /* ============================================================================
+   The vocabularies of the newer architectures: Gemma 3 (SentencePiece with
+   thousands of user-defined tokens) and gpt-oss's o200k (byte-level BPE,
+   tiktoken's expression), vocabulary-only files in the shared directory */
+
+// A few cases of NAME.inp (every step-th) through "./run VOCAB -m tokenize -i
+// TEXT": each vocabulary tokenizes on the command line by itself.
+static void test_arch_cli(const char *dir, const char *inp_name, int step) {
+    char name[256], inp[PATH_SIZE], out[PATH_SIZE], model[PATH_SIZE], detail[DETAIL_SIZE] = "";
+    const VocabInfo *v = vocab_for(inp_name);
+    format_text(name, sizeof name, "cli: %s -m tokenize, one case in %d of %s", v->tokenizer, step, inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
+    Pieces cases, lines;
+    Tokenizer tk;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (load_lines(out, &lines) != 0 || lines.n != cases.n) {
+        report(name, 0, "cannot read %s, or its lines are not the cases of %s", out, inp);
+        pieces_free(&cases);
+        return;
+    }
+    if (!data_path(model, v->tokenizer) || open_vocab(v, &tk) != 0) {
+        report(name, 0, "tokenizer_open: %s", error_message);
+    } else {
+        int matched = 0, tried = 0;
+        for (int c = 0; c < cases.n; c += step) {
+            char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
+            if (strlen(text) != cases.len[c]) { free(text); continue; } // a NUL cannot be an argument
+            tried++;
+            int ok = cli_tokenize_check(model, NULL, tk.add_bos ? tk.bos_id : -1, text,
+                                        lines.file.data + lines.start[c], lines.len[c], detail, sizeof detail);
+            matched += ok;
+            free(text);
+            if (!ok) break;
+        }
+        report(name, matched == tried && tried > 0, "%d/%d cases (BOS %s)%s%s", matched, tried,
+               tk.add_bos ? "first" : "never", matched < tried ? "; " : "", matched < tried ? detail : "");
+        tokenizer_close(&tk);
+    }
+    pieces_free(&cases);
+    pieces_free(&lines);
+}
+
+// Every case of reference/arch/tokenizer; the byte-level ones also decode
+// back byte for byte; a long prompt of each vocabulary; typed control
+// tokens stay text; a few cases through ./run.
+static void arch_tokenizer_tests(void) {
+    char dir[PATH_SIZE];
+    NameList files;
+    if (!data_path(dir, "reference/arch/tokenizer") || list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
+        report("arch tokenizer reference files", 0, "no .inp files in %s", dir);
+        return;
+    }
+    for (int i = 0; i < files.n; i++) {
+        const VocabInfo *v = vocab_for(files.names[i]);
+        test_tokenizer_file(dir, files.names[i], NULL);
+        if (v == vocab_for("o200k_")) test_bpe_roundtrip(dir, files.names[i]); // byte-level: exact bytes back
+        if (v && strstr(files.names[i], "_llamacpp")) test_arch_cli(dir, files.names[i], 9);
+    }
+    const VocabInfo *done[2] = {NULL, NULL};
+    for (int i = 0; i < files.n; i++) {
+        const VocabInfo *v = vocab_for(files.names[i]);
+        if (!v || !strstr(files.names[i], "_prose") || v == done[0] || v == done[1]) continue;
+        test_encode_speed(v, dir, files.names[i], 12000, 1.0);
+        done[done[0] != NULL] = v;
+    }
+    names_free(&files);
+    test_bpe_typed_control(vocab_for("gemma3_"));
+    test_bpe_typed_control(vocab_for("o200k_"));
+}
+
+/* ============================================================================
    Llama 3 family: end of generation */
 
 // Id of the token whose piece is text (raw bytes for byte-level BPE), or -1.
@@ -8610,7 +8663,7 @@ static const struct {
     const char *what;
 } groups[] = {
     {"data", test_committed_data, "the repository's copies of the shared data"},
-    {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids"},
+    {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids; Gemma 3, o200k"},
     {"forward", forward_tests, "logits against llama.cpp's, the formats' loaders, reference forward passes"},
     {"kernels", kernel_tests, "every fast kernel against its plain twin, the dispatch, quantization, prefill"},
     {"sampler", sampler_tests, "sampling: greedy, temperature, top-p, top-k, min-p, penalties"},
