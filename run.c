@@ -1033,7 +1033,8 @@ static int encode_sentencepiece(Tokenizer *tk, const char *text, size_t len, int
 
 // The bytes that token prints after prev_token: byte tokens give their one
 // raw byte, control tokens nothing, and a SentencePiece piece's leading
-// space is dropped right after BOS (it is the dummy prefix). A byte-level
+// space is dropped right after BOS when it is the dummy prefix (Gemma adds
+// none: its spaces are the text's). A byte-level
 // BPE token gives its raw bytes, perhaps part of a UTF-8 character.
 const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
     static char byte_piece[256][2];
@@ -1046,7 +1047,7 @@ const char *decode(Tokenizer *tk, int prev_token, int token, size_t *len) {
         *len = 1;
         return byte_piece[b];
     }
-    if (prev_token == tk->bos_id && p[0] == ' ' && !tk->byte_level) { p++; (*len)--; }
+    if (prev_token == tk->bos_id && p[0] == ' ' && !tk->byte_level && tk->add_dummy_prefix) { p++; (*len)--; }
     return p;
 }
 

@@ -6911,6 +6911,48 @@ static void test_arch_cli(const char *dir, const char *inp_name, int step) {
     pieces_free(&lines);
 }
 
+// Encoding each case of a Gemma 3 file with BOS and decoding it gives the
+// text back, a literal U+2581 as a space (the piece's spelling): Gemma adds
+// no dummy prefix, so a leading space after BOS is the text's own.
+static void test_gemma_roundtrip(const char *dir, const char *inp_name) {
+    char name[256], inp[PATH_SIZE], text[256], back[256];
+    format_text(name, sizeof name, "decode(encode(text)) == text, U+2581 as a space, %s", inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    Pieces cases;
+    Tokenizer tk;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (open_vocab(vocab_for(inp_name), &tk) != 0) {
+        report(name, 0, "tokenizer_open: %s", error_message);
+        pieces_free(&cases);
+        return;
+    }
+    int matched = 0, leading = 0;
+    char detail[DETAIL_SIZE] = "";
+    for (int c = 0; c < cases.n; c++) {
+        const char *case_text = cases.file.data + cases.start[c];
+        int n_ids;
+        size_t len = 0;
+        int *ids = encode_text(&tk, case_text, cases.len[c], 1, &n_ids);
+        char *decoded = ids ? decode_ids(&tk, ids, n_ids, &len) : NULL;
+        char *expect = malloc(cases.len[c] + 1);
+        size_t expect_len = sentencepiece_normalized(case_text, cases.len[c], 0, expect);
+        int same = decoded && len == expect_len && memcmp(decoded, expect, len) == 0;
+        matched += same;
+        leading += cases.len[c] > 0 && case_text[0] == ' ';
+        if (!same && !detail[0])
+            format_text(detail, sizeof detail, "; first mismatch: case %d %s decodes to %s", c + 1,
+                        quoted(expect, expect_len, text, sizeof text),
+                        decoded ? quoted(decoded, len, back, sizeof back) : "(failed)");
+        free(ids);
+        free(decoded);
+        free(expect);
+    }
+    report(name, matched == cases.n && cases.n > 0, "%d/%d cases, %d with a leading space%s", matched, cases.n,
+           leading, detail);
+    tokenizer_close(&tk);
+    pieces_free(&cases);
+}
+
 // Every case of reference/arch/tokenizer; the byte-level ones also decode
 // back byte for byte; a long prompt of each vocabulary; typed control
 // tokens stay text; a few cases through ./run.
@@ -6925,6 +6967,7 @@ static void arch_tokenizer_tests(void) {
         const VocabInfo *v = vocab_for(files.names[i]);
         test_tokenizer_file(dir, files.names[i], NULL);
         if (v == vocab_for("o200k_")) test_bpe_roundtrip(dir, files.names[i]); // byte-level: exact bytes back
+        if (v == vocab_for("gemma3_")) test_gemma_roundtrip(dir, files.names[i]);
         if (v && strstr(files.names[i], "_llamacpp")) test_arch_cli(dir, files.names[i], 9);
     }
     const VocabInfo *done[2] = {NULL, NULL};
