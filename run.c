@@ -699,10 +699,11 @@ float *forward(Transformer *t, int token, int pos) {
    tokenizer.bin: int32 max_token_length, then for each of vocab_size tokens:
    float32 score, int32 byte length, the piece's bytes (spaces, not U+2581).
 
-   Encoding follows SentencePiece: prepend the dummy-prefix space, split into
-   UTF-8 characters, repeatedly merge the adjacent pair whose concatenation is
-   the highest-scoring piece (leftmost on ties), then spell whatever is not a
-   piece as <0xXX> byte tokens. */
+   Encoding follows SentencePiece: take out the user-defined tokens (GGUF
+   files, such as Gemma's), prepend the dummy-prefix space (unless the file
+   says not to), split into UTF-8 characters, repeatedly merge the adjacent
+   pair whose concatenation is the highest-scoring piece (leftmost on ties),
+   then spell whatever is not a piece as <0xXX> byte tokens. */
 
 // Token kinds, numbered as SentencePiece and GGUF number them. User-defined
 // tokens (GGUF files) are found whole in the text before it is split.
