@@ -715,6 +715,11 @@ enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_USER_DEFINE
 // merged < 0 marks an empty slot of the merge table.
 typedef struct { int merged, left_len, rank; } BpePair;
 
+// A node of the trie of user-defined tokens: the byte that leads to it
+// from its parent, its first child and next sibling (-1: none), and the
+// token spelled by the path to it (-1: none).
+typedef struct { int child, sibling, id; unsigned char byte; } UserNode;
+
 #define MAX_EOG 16 // end-of-generation tokens a model may have
 
 // Chat templates (see the chat section): the one a GGUF file's
@@ -741,9 +746,10 @@ typedef struct {
     int eog[MAX_EOG];      // tokens that end generation besides BOS and EOS (GGUF: EOT, ...;
                            // see ends_generation)
     int n_eog;
-    int *user_tokens;      // (n_user_tokens) the user-defined tokens (GGUF), by first byte, longest first
+    int *user_tokens;      // (n_user_tokens) the user-defined tokens (GGUF)
     int n_user_tokens;
-    int user_from[257];    // user_tokens[user_from[b]..user_from[b + 1]) start with byte b
+    UserNode *user_trie;   // (n_user_nodes) their spellings in the text as a trie; node 0 is the root
+    int n_user_nodes;
     // byte-level BPE (GPT-2, Llama 3, Qwen 2) only:
     int byte_level;        // 1: byte-level BPE, 0: SentencePiece
     int pre;               // PRE_*: the pre-tokenizer that splits text into words
@@ -830,7 +836,7 @@ void tokenizer_close(Tokenizer *tk) {
     if (tk->vocab)
         for (int i = 0; i < tk->vocab_size; i++) free(tk->vocab[i]);
     free(tk->vocab); free(tk->piece_len); free(tk->scores); free(tk->kind); free(tk->table);
-    free(tk->pairs); free(tk->user_tokens);
+    free(tk->pairs); free(tk->user_tokens); free(tk->user_trie);
     memset(tk, 0, sizeof *tk);
 }
 
@@ -977,32 +983,18 @@ static int encode_sentencepiece_text(Tokenizer *tk, const char *text, size_t len
     return 0;
 }
 
-// The bytes that user-defined token id spells in text: its piece, where a
-// SentencePiece piece's space stands for the U+2581 it was written with.
-static size_t user_token_bytes(const Tokenizer *tk, int id) {
-    size_t n = (size_t)tk->piece_len[id];
-    if (!tk->byte_level)
-        for (int i = 0; i < tk->piece_len[id]; i++) n += tk->vocab[id][i] == ' ' ? 2 : 0;
-    return n;
-}
-
 // The longest user-defined token that text[0..len) starts with, or -1; *n
-// is how many bytes of text it takes.
+// is how many bytes of text it takes. One walk down the trie.
 static int user_token_at(const Tokenizer *tk, const char *text, size_t len, size_t *n) {
-    unsigned char b = (unsigned char)text[0];
-    for (int i = tk->user_from[b]; i < tk->user_from[b + 1]; i++) { // longest first
-        int id = tk->user_tokens[i];
-        const char *p = tk->vocab[id];
-        size_t at = 0;
-        for (int k = 0; k < tk->piece_len[id] && at <= len; k++) {
-            int symbol = p[k] == ' ' && !tk->byte_level;
-            if (symbol ? len - at < 3 || memcmp(text + at, "\xE2\x96\x81", 3) != 0 : at == len || text[at] != p[k])
-                break;
-            at += symbol ? 3 : 1;
-            if (k + 1 == tk->piece_len[id]) { *n = at; return id; }
-        }
+    int node = 0, found = -1;
+    for (size_t i = 0; i < len; i++) {
+        int c = tk->user_trie[node].child;
+        while (c >= 0 && tk->user_trie[c].byte != (unsigned char)text[i]) c = tk->user_trie[c].sibling;
+        if (c < 0) break;
+        node = c;
+        if (tk->user_trie[node].id >= 0) { found = tk->user_trie[node].id; *n = i + 1; }
     }
-    return -1;
+    return found;
 }
 
 // SentencePiece's encoding of text[0..len) (see encode). User-defined
@@ -8252,40 +8244,50 @@ static int bpe_merges(Tokenizer *tk, const GgufValue *merges, const char *path) 
     return 0;
 }
 
-// A user-defined token as bpe_user_tokens sorts them.
-typedef struct { int first, len, id; } UserToken;
-
-static int user_token_order(const void *a, const void *b) { // by first byte, then longest, then lowest id
-    const UserToken *x = a, *y = b;
-    if (x->first != y->first) return x->first - y->first;
-    if (x->len != y->len) return x->len > y->len ? -1 : 1;
-    return x->id - y->id;
+// The trie node reached from node by byte b, added if new; -1 if the trie
+// (room for its capacity) is full.
+static int user_trie_step(Tokenizer *tk, int node, unsigned char b, int capacity) {
+    int *link = &tk->user_trie[node].child;
+    while (*link >= 0 && tk->user_trie[*link].byte != b) link = &tk->user_trie[*link].sibling;
+    if (*link >= 0) return *link;
+    if (tk->n_user_nodes == capacity) return -1;
+    tk->user_trie[tk->n_user_nodes] = (UserNode){.child = -1, .sibling = -1, .id = -1, .byte = b};
+    *link = tk->n_user_nodes;
+    return tk->n_user_nodes++;
 }
 
-// The user-defined tokens (of either kind of vocabulary), grouped by first
-// byte and longest first within a group, so that encoding finds the longest
-// by looking only at those that can match (Gemma has thousands).
+// The user-defined tokens (of either kind of vocabulary) and the trie of
+// their spellings in text, so that encoding finds the longest at a place in
+// one walk (Gemma has thousands). A SentencePiece piece's space is spelled
+// U+2581, as the piece was written; of two tokens spelled alike the first
+// counts.
 static int bpe_user_tokens(Tokenizer *tk, const char *path) {
     int n = 0;
-    for (int id = 0; id < tk->vocab_size; id++) n += tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0;
-    UserToken *sorted = malloc((size_t)n * sizeof *sorted + 1);
-    tk->user_tokens = malloc((size_t)n * sizeof(int) + 1);
-    if (!sorted || !tk->user_tokens) { free(sorted); return fail("%s: out of memory", path); }
-    n = 0;
+    size_t bytes = 1;
     for (int id = 0; id < tk->vocab_size; id++)
-        if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0)
-            sorted[n++] = (UserToken){tk->vocab[id][0] == ' ' && !tk->byte_level ? 0xE2 : (unsigned char)tk->vocab[id][0],
-                                      (int)user_token_bytes(tk, id), id};
-    qsort(sorted, (size_t)n, sizeof *sorted, user_token_order);
-    memset(tk->user_from, 0, sizeof tk->user_from);
-    for (int i = 0; i < n; i++) {
-        tk->user_tokens[i] = sorted[i].id;
-        tk->user_from[sorted[i].first + 1] = i + 1;
+        if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0) {
+            n++;
+            bytes += 3 * (size_t)tk->piece_len[id];
+        }
+    if (bytes > INT_MAX) return fail("%s: the user-defined tokens are too long", path);
+    tk->user_tokens = malloc((size_t)n * sizeof(int) + 1);
+    tk->user_trie = malloc(bytes * sizeof *tk->user_trie);
+    if (!tk->user_tokens || !tk->user_trie) return fail("%s: out of memory", path);
+    tk->user_trie[0] = (UserNode){.child = -1, .sibling = -1, .id = -1};
+    tk->n_user_nodes = 1;
+    for (int id = 0; id < tk->vocab_size; id++) {
+        if (tk->kind[id] != TOKEN_USER_DEFINED || tk->piece_len[id] == 0) continue;
+        tk->user_tokens[tk->n_user_tokens++] = id;
+        int node = 0;
+        for (int i = 0; i < tk->piece_len[id] && node >= 0; i++) {
+            unsigned char c = (unsigned char)tk->vocab[id][i];
+            if (c == ' ' && !tk->byte_level) // U+2581
+                for (int k = 0; k < 3 && node >= 0; k++) node = user_trie_step(tk, node, "\xE2\x96\x81"[k], (int)bytes);
+            else node = user_trie_step(tk, node, c, (int)bytes);
+        }
+        if (node < 0) return fail("%s: the user-defined tokens do not fit their trie", path); // cannot happen
+        if (tk->user_trie[node].id < 0) tk->user_trie[node].id = id;
     }
-    for (int b = 1; b <= 256; b++) // a byte no token starts with: an empty group
-        if (tk->user_from[b] < tk->user_from[b - 1]) tk->user_from[b] = tk->user_from[b - 1];
-    tk->n_user_tokens = n;
-    free(sorted);
     return 0;
 }
 

@@ -1031,7 +1031,8 @@ static void test_bos_space(const VocabInfo *v) {
 }
 
 // Long prompts of size bytes encode within limit seconds (the merge loop
-// must not be quadratic; the limit is many times what it takes).
+// must not be quadratic, nor the search for user-defined tokens; the limit
+// is many times what it takes).
 static void test_encode_speed(const VocabInfo *v, const char *dir, const char *inp_name, size_t size, double limit) {
     char name[256], inp[PATH_SIZE];
     format_text(name, sizeof name, "encode: %zu-byte prompts (%s) take well under %g s", size, v->prefix, limit);
@@ -1040,16 +1041,17 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     Pieces cases;
     if (load_inp_cases(inp, &cases) != 0 || cases.n == 0) { report(name, 0, "cannot read %s", inp); return; }
     if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); pieces_free(&cases); return; }
-    char *prose = malloc(size + 1), *same = malloc(size + 1);
+    char *prose = malloc(size + 1), *same = malloc(size + 1), *unfinished = malloc(size + 1);
     size_t n = 0;
     for (int c = 0; n < size; c = (c + 1) % cases.n)
         for (size_t i = 0; i <= cases.len[c] && n < size; i++)
             prose[n++] = i < cases.len[c] ? cases.file.data[cases.start[c] + i] : ' ';
     memset(same, 'a', size);
-    const char *texts[] = {prose, same};
+    for (size_t i = 0; i < size; i++) unfinished[i] = "<unused"[i % 7]; // starts Gemma's thousands of <unusedN>
+    const char *texts[] = {prose, same, unfinished};
     double worst = 0;
     int ok = 1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int n_ids;
         double start = seconds_now();
         int *ids = encode_text(&tk, texts[i], size, 1, &n_ids);
@@ -1061,6 +1063,7 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     report(name, ok && worst < limit, "%zu bytes, slowest %.3f s%s", size, worst, ok ? "" : ", encode failed");
     free(prose);
     free(same);
+    free(unfinished);
     tokenizer_close(&tk);
     pieces_free(&cases);
 }
