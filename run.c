@@ -1354,7 +1354,6 @@ static void bpe_merge_text(const Tokenizer *tk, const char *text, size_t len, Un
         if (ids[i] >= 0) tokens[(*n_tokens)++] = ids[i];
 }
 
-
 // Byte-level BPE's encoding of text[0..len) (see encode).
 static int encode_bpe(const Tokenizer *tk, const char *text, size_t len, int add_bos, int add_eos, int *tokens,
                       int *n_tokens) {
@@ -8267,7 +8266,7 @@ static int bpe_user_tokens(Tokenizer *tk, const char *path) {
     for (int id = 0; id < tk->vocab_size; id++)
         if (tk->kind[id] == TOKEN_USER_DEFINED && tk->piece_len[id] > 0) {
             n++;
-            bytes += 3 * (size_t)tk->piece_len[id];
+            for (int i = 0; i < tk->piece_len[id]; i++) bytes += tk->vocab[id][i] == ' ' && !tk->byte_level ? 3 : 1;
         }
     if (bytes > INT_MAX) return fail("%s: the user-defined tokens are too long", path);
     tk->user_tokens = malloc((size_t)n * sizeof(int) + 1);
