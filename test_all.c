@@ -742,6 +742,10 @@ static const VocabInfo vocabularies[] = {
     // also tokenize on the command line by themselves
     {"llama3_", "models/vocab/llama3-vocab.gguf", 128256, NULL, "models/vocab/llama3-vocab.gguf"},
     {"qwen2_", "models/vocab/qwen2-vocab.gguf", 151669, NULL, "models/vocab/qwen2-vocab.gguf"},
+    // only in the shared directory (too big to commit): Gemma 3's SentencePiece
+    // vocabulary and gpt-oss's o200k byte-level BPE
+    {"gemma3_", "models/vocab/gemma3-vocab.gguf", 262145, NULL, "models/vocab/gemma3-vocab.gguf"},
+    {"o200k_", "models/vocab/gptoss-vocab.gguf", 200019, NULL, "models/vocab/gptoss-vocab.gguf"},
 };
 
 static const VocabInfo *vocab_for(const char *file_name) {
@@ -1027,7 +1031,8 @@ static void test_bos_space(const VocabInfo *v) {
 }
 
 // Long prompts of size bytes encode within limit seconds (the merge loop
-// must not be quadratic; the limit is many times what it takes).
+// must not be quadratic, nor the search for user-defined tokens; the limit
+// is many times what it takes).
 static void test_encode_speed(const VocabInfo *v, const char *dir, const char *inp_name, size_t size, double limit) {
     char name[256], inp[PATH_SIZE];
     format_text(name, sizeof name, "encode: %zu-byte prompts (%s) take well under %g s", size, v->prefix, limit);
@@ -1036,16 +1041,17 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     Pieces cases;
     if (load_inp_cases(inp, &cases) != 0 || cases.n == 0) { report(name, 0, "cannot read %s", inp); return; }
     if (open_vocab(v, &tk) != 0) { report(name, 0, "tokenizer_open: %s", error_message); pieces_free(&cases); return; }
-    char *prose = malloc(size + 1), *same = malloc(size + 1);
+    char *prose = malloc(size + 1), *same = malloc(size + 1), *unfinished = malloc(size + 1);
     size_t n = 0;
     for (int c = 0; n < size; c = (c + 1) % cases.n)
         for (size_t i = 0; i <= cases.len[c] && n < size; i++)
             prose[n++] = i < cases.len[c] ? cases.file.data[cases.start[c] + i] : ' ';
     memset(same, 'a', size);
-    const char *texts[] = {prose, same};
+    for (size_t i = 0; i < size; i++) unfinished[i] = "<unused"[i % 7]; // starts Gemma's thousands of <unusedN>
+    const char *texts[] = {prose, same, unfinished};
     double worst = 0;
     int ok = 1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int n_ids;
         double start = seconds_now();
         int *ids = encode_text(&tk, texts[i], size, 1, &n_ids);
@@ -1057,9 +1063,12 @@ static void test_encode_speed(const VocabInfo *v, const char *dir, const char *i
     report(name, ok && worst < limit, "%zu bytes, slowest %.3f s%s", size, worst, ok ? "" : ", encode failed");
     free(prose);
     free(same);
+    free(unfinished);
     tokenizer_close(&tk);
     pieces_free(&cases);
 }
+
+static void arch_tokenizer_tests(void); // with the byte-level BPE tests
 
 static void tokenizer_tests(void) {
     char dir[PATH_SIZE];
@@ -1080,6 +1089,7 @@ static void tokenizer_tests(void) {
     for (int i = 0; i < files.n; i++)
         if (vocab_for(files.names[i]) == llama) { test_encode_speed(llama, dir, files.names[i], 12000, 1.0); break; }
     names_free(&files);
+    arch_tokenizer_tests();
 }
 
 /* ============================================================================
@@ -6881,6 +6891,120 @@ static void bpe_tests(void) {
 }
 
 /* ============================================================================
+   The vocabularies of the newer architectures: Gemma 3 (SentencePiece with
+   thousands of user-defined tokens) and gpt-oss's o200k (byte-level BPE,
+   tiktoken's expression), vocabulary-only files in the shared directory */
+
+// A few cases of NAME.inp (every step-th) through "./run VOCAB -m tokenize -i
+// TEXT": each vocabulary tokenizes on the command line by itself.
+static void test_arch_cli(const char *dir, const char *inp_name, int step) {
+    char name[256], inp[PATH_SIZE], out[PATH_SIZE], model[PATH_SIZE], detail[DETAIL_SIZE] = "";
+    const VocabInfo *v = vocab_for(inp_name);
+    format_text(name, sizeof name, "cli: %s -m tokenize, one case in %d of %s", v->tokenizer, step, inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    format_text(out, sizeof out, "%s/%.*s.out", dir, (int)strlen(inp_name) - 4, inp_name);
+    Pieces cases, lines;
+    Tokenizer tk;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (load_lines(out, &lines) != 0 || lines.n != cases.n) {
+        report(name, 0, "cannot read %s, or its lines are not the cases of %s", out, inp);
+        pieces_free(&cases);
+        return;
+    }
+    if (!data_path(model, v->tokenizer) || open_vocab(v, &tk) != 0) {
+        report(name, 0, "tokenizer_open: %s", error_message);
+    } else {
+        int matched = 0, tried = 0;
+        for (int c = 0; c < cases.n; c += step) {
+            char *text = strndup(cases.file.data + cases.start[c], cases.len[c]);
+            if (strlen(text) != cases.len[c]) { free(text); continue; } // a NUL cannot be an argument
+            tried++;
+            int ok = cli_tokenize_check(model, NULL, tk.add_bos ? tk.bos_id : -1, text,
+                                        lines.file.data + lines.start[c], lines.len[c], detail, sizeof detail);
+            matched += ok;
+            free(text);
+            if (!ok) break;
+        }
+        report(name, matched == tried && tried > 0, "%d/%d cases (BOS %s)%s%s", matched, tried,
+               tk.add_bos ? "first" : "never", matched < tried ? "; " : "", matched < tried ? detail : "");
+        tokenizer_close(&tk);
+    }
+    pieces_free(&cases);
+    pieces_free(&lines);
+}
+
+// Encoding each case of a Gemma 3 file with BOS and decoding it gives the
+// text back, a literal U+2581 as a space (the piece's spelling): Gemma adds
+// no dummy prefix, so a leading space after BOS is the text's own.
+static void test_gemma_roundtrip(const char *dir, const char *inp_name) {
+    char name[256], inp[PATH_SIZE], text[256], back[256];
+    format_text(name, sizeof name, "decode(encode(text)) == text, U+2581 as a space, %s", inp_name);
+    format_text(inp, sizeof inp, "%s/%s", dir, inp_name);
+    Pieces cases;
+    Tokenizer tk;
+    if (load_inp_cases(inp, &cases) != 0) { report(name, 0, "cannot read %s", inp); return; }
+    if (open_vocab(vocab_for(inp_name), &tk) != 0) {
+        report(name, 0, "tokenizer_open: %s", error_message);
+        pieces_free(&cases);
+        return;
+    }
+    int matched = 0, leading = 0;
+    char detail[DETAIL_SIZE] = "";
+    for (int c = 0; c < cases.n; c++) {
+        const char *case_text = cases.file.data + cases.start[c];
+        int n_ids;
+        size_t len = 0;
+        int *ids = encode_text(&tk, case_text, cases.len[c], 1, &n_ids);
+        char *decoded = ids ? decode_ids(&tk, ids, n_ids, &len) : NULL;
+        char *expect = malloc(cases.len[c] + 1);
+        size_t expect_len = sentencepiece_normalized(case_text, cases.len[c], 0, expect);
+        int same = decoded && len == expect_len && memcmp(decoded, expect, len) == 0;
+        matched += same;
+        leading += cases.len[c] > 0 && case_text[0] == ' ';
+        if (!same && !detail[0])
+            format_text(detail, sizeof detail, "; first mismatch: case %d %s decodes to %s", c + 1,
+                        quoted(expect, expect_len, text, sizeof text),
+                        decoded ? quoted(decoded, len, back, sizeof back) : "(failed)");
+        free(ids);
+        free(decoded);
+        free(expect);
+    }
+    report(name, matched == cases.n && cases.n > 0, "%d/%d cases, %d with a leading space%s", matched, cases.n,
+           leading, detail);
+    tokenizer_close(&tk);
+    pieces_free(&cases);
+}
+
+// Every case of reference/arch/tokenizer; the byte-level ones also decode
+// back byte for byte; a long prompt of each vocabulary; typed control
+// tokens stay text; a few cases through ./run.
+static void arch_tokenizer_tests(void) {
+    char dir[PATH_SIZE];
+    NameList files;
+    if (!data_path(dir, "reference/arch/tokenizer") || list_names(dir, ".inp", 0, &files) != 0 || files.n == 0) {
+        report("arch tokenizer reference files", 0, "no .inp files in %s", dir);
+        return;
+    }
+    for (int i = 0; i < files.n; i++) {
+        const VocabInfo *v = vocab_for(files.names[i]);
+        test_tokenizer_file(dir, files.names[i], NULL);
+        if (v == vocab_for("o200k_")) test_bpe_roundtrip(dir, files.names[i]); // byte-level: exact bytes back
+        if (v == vocab_for("gemma3_")) test_gemma_roundtrip(dir, files.names[i]);
+        if (v && strstr(files.names[i], "_llamacpp")) test_arch_cli(dir, files.names[i], 9);
+    }
+    const VocabInfo *done[2] = {NULL, NULL};
+    for (int i = 0; i < files.n; i++) {
+        const VocabInfo *v = vocab_for(files.names[i]);
+        if (!v || !strstr(files.names[i], "_prose") || v == done[0] || v == done[1]) continue;
+        test_encode_speed(v, dir, files.names[i], 12000, 1.0);
+        done[done[0] != NULL] = v;
+    }
+    names_free(&files);
+    test_bpe_typed_control(vocab_for("gemma3_"));
+    test_bpe_typed_control(vocab_for("o200k_"));
+}
+
+/* ============================================================================
    Llama 3 family: end of generation */
 
 // Id of the token whose piece is text (raw bytes for byte-level BPE), or -1.
@@ -9062,7 +9186,7 @@ static const struct {
     const char *what;
 } groups[] = {
     {"data", test_committed_data, "the repository's copies of the shared data"},
-    {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids"},
+    {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids; Gemma 3, o200k"},
     {"forward", forward_tests, "logits against llama.cpp's, the formats' loaders, reference forward passes"},
     {"kernels", kernel_tests, "every fast kernel against its plain twin, the dispatch, quantization, prefill"},
     {"sampler", sampler_tests, "sampling: greedy, temperature, top-p, top-k, min-p, penalties"},

@@ -7,8 +7,9 @@
 
    Input: one flag byte (bit 0: which vocabulary, bit 1: add BOS, bit 2: add
    EOS, bits 3-4: the pre-tokenizer: 0 the model's own, 1 GPT-2's, 2 GPT-2's
-   after splitting off digits (smollm), 3 the other of Llama 3's and Qwen 2's,
-   so that every matcher runs on a real vocabulary), then the text, any bytes
+   after splitting off digits (smollm), 3 the other of Llama 3's and Qwen 2's;
+   bit 5: o200k's (gpt-4o) instead, so that every matcher runs on a real
+   vocabulary), then the text, any bytes
    (NUL, invalid UTF-8, text that spells control tokens such as
    <|begin_of_text|> or <|im_start|>). Checks, besides
    AddressSanitizer's and UBSan's:
@@ -149,6 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Tokenizer copy = tokenizers[which], *tk = &copy; // shares the vocabulary; only pre may differ
     if (pre == 1 || pre == 2) { copy.pre = pre == 1 ? PRE_GPT2 : PRE_DIGITS; copy.ignore_merges = 0; }
     if (pre == 3) { copy.pre = which ? PRE_LLAMA3 : PRE_QWEN2; copy.ignore_merges = which; }
+    if (data[0] >> 5 & 1) { copy.pre = PRE_O200K; copy.ignore_merges = 1; }
     size_t len = size - 1;
     char *text = malloc(len + 1); // a copy of exactly the text's bytes
     int *tokens = malloc((3 * len + 3) * sizeof(int)), n;
