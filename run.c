@@ -100,10 +100,13 @@ typedef struct {
     float rope_scale;      // positions are multiplied by it (linear scaling: 1 / factor), else 1
     float rope_theta_local; // RoPE base of the sliding-window layers, which have no scaling (gemma3);
                             // 0: they turn as the others do
+    int rope_yarn_context; // YaRN scaling (gpt-oss): the context the model was trained at, which sets
+                           // the pairs that rope_scale interpolates; 0: no YaRN
     int rope_neox;         // 1: RoPE pairs dimension i with i + head_size/2 (qwen2), 0: 2i with 2i+1
     float norm_eps;        // RMSNorm epsilon
     int shared_classifier; // 1: the classifier reuses token_embedding
-    int ffn_gelu;          // 1: the feed-forward's gate is GELU (tanh form; gemma3), 0: SiLU
+    int gate;              // the feed-forward's gate: GATE_SILU (SwiGLU), GATE_GELU (GeGLU, tanh form:
+                           // gemma3) or GATE_CLAMPED (gpt-oss's clamped SwiGLU)
     float embed_scale;     // the embedding row is multiplied by it (gemma3: sqrt(dim)); 0: not scaled
     float query_scale;     // attention scores are q.k times it; 0: 1/sqrt(head_size)
     float logit_softcap;   // logits become cap * tanh(logits / cap); 0: none
@@ -113,6 +116,8 @@ typedef struct {
     int bos_id, eos_id;
     int weight_type;       // TYPE_F32, ... for the matrices (norms are always F32)
 } Config;
+
+enum { GATE_SILU = 0, GATE_GELU, GATE_CLAMPED };
 
 // How a matrix's products are computed, chosen once at load (see the
 // dispatch in the engine room).
@@ -141,9 +146,15 @@ typedef struct {
     Matrix w3;            // (hidden_dim, dim)   up
     Matrix router;        // (n_experts, dim) a mixture of experts' scores (ffn_gate_inp); unused when dense
     const Matrix *experts; // (n_experts, 3) each expert's w1, w2, w3 (shapes as the dense ones), or NULL: dense
+    const float *router_bias; // (n_experts) added to the router's scores (gpt-oss), or NULL
+    const float *expert_b1;   // (n_experts, hidden_dim) biases after each expert's w1 (gpt-oss), or NULL
+    const float *expert_b2;   // (n_experts, dim) after w2
+    const float *expert_b3;   // (n_experts, hidden_dim) after w3
     const float *bq;      // (n_heads*head_size) biases added after wq, wk, wv (qwen2), or NULL
     const float *bk;      // (n_kv_heads*head_size)
     const float *bv;      // (n_kv_heads*head_size)
+    const float *bo;      // (dim) bias added after wo (gpt-oss), or NULL
+    const float *sinks;   // (n_heads) each head's sink: a logit in its softmax without a value (gpt-oss), or NULL
     const float *q_norm;  // (head_size) RMSNorm of each query head before RoPE (qwen3), or NULL
     const float *k_norm;  // (head_size) and of each key head
     const float *post_att_norm; // (dim) RMSNorm of attention's output before it joins the residual (gemma3), or NULL
@@ -267,6 +278,7 @@ static float exp_row(float *x, int n, float shift);
 static float max_row(const float *x, int n);
 static void swiglu(float *hb, const float *hb2, int n);
 static void geglu(float *hb, const float *hb2, int n);
+static void swiglu_clamped(float *hb, const float *hb2, int n);
 static int alloc_matmul_scratch(MatmulScratch *mm, int max_cols);
 static void free_matmul_scratch(MatmulScratch *mm);
 static void threads_begin(ThreadChoice *tc);
@@ -384,6 +396,16 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+// softmax with one more logit, the sink, in the sum but not in x (an
+// attention head's sink: it takes a share of the weight and adds no value);
+// a sink of -infinity is plain softmax.
+static void softmax_sink(float *x, int n, float sink) {
+    float max = max_row(x, n);
+    max = sink > max ? sink : max;
+    float sum = exp_row(x, n, max) + expf(sink - max);
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
 // hb = silu(hb) * hb2, the SwiGLU gate; silu(g) = g / (1 + e^-g).
 static void swiglu_plain(float *hb, const float *hb2, int n) {
     for (int i = 0; i < n; i++) {
@@ -404,6 +426,15 @@ static void geglu_plain(float *hb, const float *hb2, int n) {
     }
 }
 
+// hb = g sigmoid(1.702 g) (u + 1) with g = min(hb, 7), u = hb2 clamped to
+// [-7, 7]: gpt-oss's gate, a SwiGLU bounded so that no activation explodes.
+static void swiglu_clamped_plain(float *hb, const float *hb2, int n) {
+    for (int i = 0; i < n; i++) {
+        float g = hb[i] < 7.0f ? hb[i] : 7.0f, u = hb2[i] < -7.0f ? -7.0f : hb2[i] > 7.0f ? 7.0f : hb2[i];
+        hb[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+    }
+}
+
 // out (rows) = w (rows, cols) @ x (cols): the plain matrix product, which
 // every fast one is tested against. Sums in order, one row at a time.
 static void matmul_f32_plain(float *out, const float *x, const float *w, int rows, int cols) {
@@ -417,17 +448,39 @@ static void matmul_f32_plain(float *out, const float *x, const float *w, int row
     }
 }
 
+// YaRN (gpt-oss): which pairs keep their angle (extrapolate) and which are
+// interpolated by the scale. Pair i turns about rotations(i) = context /
+// (2 pi theta^(2i/hs)) times over the trained context; pairs that turn more
+// than 32 times keep their angles, those that turn less than once are
+// interpolated, and a linear ramp over the pairs between mixes the two
+// (as llama.cpp computes it, the ends rounded outwards to whole pairs).
+static float yarn_extrapolation(int i, int hs, float theta, int context) {
+    double low = floor(hs * log(context / (32 * 2 * M_PI)) / (2 * log(theta)));
+    double high = ceil(hs * log(context / (1 * 2 * M_PI)) / (2 * log(theta)));
+    low = low > 0 ? low : 0;
+    high = high < hs - 1 ? high : hs - 1;
+    double y = (i - low) / (high - low > 0.001 ? high - low : 0.001);
+    return (float)(1.0 - (y < 0 ? 0 : y > 1 ? 1 : y));
+}
+
 // The rotation angles for position pos, computed in double so that long
 // contexts keep their precision: pair i of a head of hs turns by
 // pos * scale * theta^(-2i/hs), divided by freq_factors[i] when the model
-// has them (Llama 3.1's rope scaling).
-static void rope_angles(float *cos_out, float *sin_out, int pos, int hs, float theta, float scale,
+// has them (Llama 3.1's rope scaling). With YaRN (yarn_context > 0) the
+// angle mixes the scaled and the unscaled one, and cos and sin grow by
+// 1 + 0.1 ln(1 / scale).
+static void rope_angles(float *cos_out, float *sin_out, int pos, int hs, float theta, float scale, int yarn_context,
                         const float *freq_factors) {
+    double magnitude = yarn_context > 0 ? 1.0 + 0.1 * log(1.0 / scale) : 1.0;
     for (int i = 0; i < hs / 2; i++) {
-        double angle = pos * (double)scale * pow(theta, -2.0 * i / hs);
+        double unscaled = pos * pow(theta, -2.0 * i / hs), angle = unscaled * scale;
+        if (yarn_context > 0) {
+            double keep = yarn_extrapolation(i, hs, theta, yarn_context);
+            angle = angle * (1 - keep) + unscaled * keep;
+        }
         if (freq_factors) angle /= freq_factors[i];
-        cos_out[i] = (float)cos(angle);
-        sin_out[i] = (float)sin(angle);
+        cos_out[i] = (float)(cos(angle) * magnitude);
+        sin_out[i] = (float)(sin(angle) * magnitude);
     }
 }
 
@@ -527,9 +580,10 @@ static void attention_heads(const Transformer *t, int layer, int h0, int n_q, in
     float scale = c->query_scale > 0 ? c->query_scale : 1.0f / sqrtf((float)hs);
     head_scores(s, c, at, slot, n1, n_q, q, att, 0, scale);
     if (n1 < n) head_scores(s, c, at, 0, n - n1, n_q, q, att, n1, scale);
+    const float *sinks = t->weights.layers[layer].sinks;
     for (int h = 0; h < n_q; h++) {
         float *a = att + (size_t)h * c->seq_len, *o = out + (size_t)h * hs;
-        softmax(a, n);
+        softmax_sink(a, n, sinks ? sinks[h0 + h] : -INFINITY);
         memset(o, 0, (size_t)hs * sizeof(float));
         head_values(s, c, at, slot, n1, a, o);
         if (n1 < n) head_values(s, c, at, 0, n - n1, a + n1, o);
@@ -593,11 +647,11 @@ static void rmsnorm_rows(float *out, const float *x, const float *weight, int n,
     for (i = 0; i < n; i++) rmsnorm(out + (size_t)i * dim, x + (size_t)i * dim, weight, dim, eps);
 }
 
-// The feed-forward's gate on each of n rows of hidden_dim values,
-// likewise: SwiGLU, or GeGLU when gelu is set.
-static void gate_rows(float *hb, const float *hb2, int n, int hidden_dim, int gelu) {
+// The feed-forward's gate (GATE_*) on each of n rows of hidden_dim
+// values, likewise.
+static void gate_rows(float *hb, const float *hb2, int n, int hidden_dim, int kind) {
     int i;
-    void (*gate)(float *, const float *, int) = gelu ? geglu : swiglu;
+    void (*gate)(float *, const float *, int) = kind == GATE_GELU ? geglu : kind == GATE_CLAMPED ? swiglu_clamped : swiglu;
     if (n == 1) { gate(hb, hb2, hidden_dim); return; }
     #pragma omp parallel for private(i) schedule(static)
     for (i = 0; i < n; i++) gate(hb + (size_t)i * hidden_dim, hb2 + (size_t)i * hidden_dim, hidden_dim);
@@ -636,6 +690,7 @@ static void route(Transformer *t, const LayerWeights *lw, int n) {
     RunState *s = &t->state;
     int n_exp = c->n_experts, k = c->n_experts_used;
     matmul(s->router, s->xb, n, &lw->router, &s->mm);
+    add_bias(s->router, lw->router_bias, n, n_exp);
     for (int i = 0; i < n; i++) {
         float *p = s->router + (size_t)i * n_exp, sum = 0.0f;
         int *chosen = s->chosen + (size_t)i * k;
@@ -678,9 +733,13 @@ static void mixture_of_experts(Transformer *t, const LayerWeights *lw, int n) {
                 }
         if (m == 0) continue;
         const Matrix *w1 = &lw->experts[3 * e], *w2 = &lw->experts[3 * e + 1], *w3 = &lw->experts[3 * e + 2];
+        size_t hidden = (size_t)c->hidden_dim;
         matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){w1, w3}, 2, s->expert_in, m, &s->mm);
-        gate_rows(s->hb, s->hb2, m, c->hidden_dim, c->ffn_gelu);
+        add_bias(s->hb, lw->expert_b1 ? lw->expert_b1 + e * hidden : NULL, m, c->hidden_dim);
+        add_bias(s->hb2, lw->expert_b3 ? lw->expert_b3 + e * hidden : NULL, m, c->hidden_dim);
+        gate_rows(s->hb, s->hb2, m, c->hidden_dim, c->gate);
         matmul(s->expert_out, s->hb, m, w2, &s->mm);
+        add_bias(s->expert_out, lw->expert_b2 ? lw->expert_b2 + (size_t)e * dim : NULL, m, dim);
         for (int r = 0; r < m; r++) {
             float *out = s->xb2 + (size_t)rows[r] * dim;
             const float *y = s->expert_out + (size_t)r * dim;
@@ -710,8 +769,9 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         if (t->trace) fprintf(t->trace, "%d\n", tokens[i]);
         dequantize_row(x, &w->token_embedding, tokens[i]);
         for (int d = 0; c->embed_scale > 0 && d < dim; d++) x[d] *= c->embed_scale;
-        rope_angles(cos_t, sin_t, pos + i, hs, c->rope_theta, c->rope_scale, w->rope_freqs);
-        if (c->rope_theta_local > 0) rope_angles(cos_t + local, sin_t + local, pos + i, hs, c->rope_theta_local, 1.0f, NULL);
+        rope_angles(cos_t, sin_t, pos + i, hs, c->rope_theta, c->rope_scale, c->rope_yarn_context, w->rope_freqs);
+        if (c->rope_theta_local > 0)
+            rope_angles(cos_t + local, sin_t + local, pos + i, hs, c->rope_theta_local, 1.0f, 0, NULL);
     }
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -729,6 +789,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
         store_kv(s, c, l, pos, s->k, s->v, n);
         attention_layer(t, l, pos, n, s->q, s->xb, (size_t)q_dim);
         matmul(s->xb2, s->xb, n, &lw->wo, &s->mm);
+        add_bias(s->xb2, lw->bo, n, dim);
         if (lw->post_att_norm) rmsnorm_rows(s->xb2, s->xb2, lw->post_att_norm, n, dim, c->norm_eps);
         add_rows(s->x, s->xb2, (size_t)n * dim);
 
@@ -738,7 +799,7 @@ static void forward_block(Transformer *t, const int *tokens, int n, int pos, flo
             mixture_of_experts(t, lw, n);
         } else {
             matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){&lw->w1, &lw->w3}, 2, s->xb, n, &s->mm);
-            gate_rows(s->hb, s->hb2, n, c->hidden_dim, c->ffn_gelu);
+            gate_rows(s->hb, s->hb2, n, c->hidden_dim, c->gate);
             matmul(s->xb2, s->hb, n, &lw->w2, &s->mm);
         }
         if (lw->post_ffn_norm) rmsnorm_rows(s->xb2, s->xb2, lw->post_ffn_norm, n, dim, c->norm_eps);
@@ -5403,6 +5464,35 @@ static void swiglu(float *hb, const float *hb2, int n) {
     swiglu_plain(hb + i, hb2 + i, n - i);
 }
 
+// swiglu_clamped_plain, in vectors where built.
+static void swiglu_clamped(float *hb, const float *hb2, int n) {
+    int i = 0;
+#if HAVE_AVX512
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_min_ps(_mm512_loadu_ps(hb + i), _mm512_set1_ps(7.0f));
+        __m512 u = _mm512_min_ps(_mm512_max_ps(_mm512_loadu_ps(hb2 + i), _mm512_set1_ps(-7.0f)), _mm512_set1_ps(7.0f));
+        __m512 act = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_16(_mm512_mul_ps(_mm512_set1_ps(-1.702f), g))));
+        _mm512_storeu_ps(hb + i, _mm512_mul_ps(act, _mm512_add_ps(u, _mm512_set1_ps(1.0f))));
+    }
+#endif
+#if HAVE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_min_ps(_mm256_loadu_ps(hb + i), _mm256_set1_ps(7.0f));
+        __m256 u = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(hb2 + i), _mm256_set1_ps(-7.0f)), _mm256_set1_ps(7.0f));
+        __m256 act = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp_8(_mm256_mul_ps(_mm256_set1_ps(-1.702f), g))));
+        _mm256_storeu_ps(hb + i, _mm256_mul_ps(act, _mm256_add_ps(u, _mm256_set1_ps(1.0f))));
+    }
+#elif HAVE_NEON
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t g = vminq_f32(vld1q_f32(hb + i), vdupq_n_f32(7.0f));
+        float32x4_t u = vminq_f32(vmaxq_f32(vld1q_f32(hb2 + i), vdupq_n_f32(-7.0f)), vdupq_n_f32(7.0f));
+        float32x4_t act = vdivq_f32(g, vaddq_f32(vdupq_n_f32(1.0f), exp_4(vmulq_f32(vdupq_n_f32(-1.702f), g))));
+        vst1q_f32(hb + i, vmulq_f32(act, vaddq_f32(u, vdupq_n_f32(1.0f))));
+    }
+#endif
+    swiglu_clamped_plain(hb + i, hb2 + i, n - i);
+}
+
 // geglu_plain, in vectors where built: e^(-2u) with u = sqrt(2/pi) (g +
 // 0.044715 g^3), as -2 sqrt(2/pi) g (1 + 0.044715 g^2).
 static void geglu(float *hb, const float *hb2, int n) {
@@ -8350,13 +8440,34 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
 }
 
 // The architectures run.c computes, as data; what the tensors say (biases,
-// q/k norms, experts) the loader finds by itself. rope_neox: RoPE pairs
-// dimension i with i + head_size/2; gemma: GeGLU, the embedding scaled by
-// sqrt(dim), norms after attention and the feed-forward, and a sliding
-// window on five layers of six (when the file gives one).
-static const struct { const char *name; int rope_neox, gemma; } architectures[] = {
-    {"llama", 0, 0}, {"qwen2", 1, 0}, {"qwen3", 1, 0}, {"qwen3moe", 1, 0}, {"gemma3", 1, 1}};
-#define ARCHITECTURE_NAMES "llama, qwen2, qwen3, qwen3moe and gemma3"
+// q/k norms, sinks, experts) the loader finds by itself.
+typedef struct {
+    const char *name;
+    int rope_neox;        // RoPE pairs dimension i with i + head_size/2
+    int gate;             // GATE_*, the feed-forward's
+    int gemma;            // the embedding scaled by sqrt(dim), norms after attention and the feed-forward
+    int window_period;    // with attention.sliding_window, layer l slides when l % period < period - 1
+    int window_required;  // 1: attention.sliding_window must be given
+    const char *ffn_norm; // the norm before the feed-forward, blk.N.NAME.weight
+} Architecture;
+static const Architecture architectures[] = {
+    {"llama", 0, GATE_SILU, 0, 0, 0, "ffn_norm"},
+    {"qwen2", 1, GATE_SILU, 0, 0, 0, "ffn_norm"},
+    {"qwen3", 1, GATE_SILU, 0, 0, 0, "ffn_norm"},
+    {"qwen3moe", 1, GATE_SILU, 0, 0, 0, "ffn_norm"},
+    {"gemma3", 1, GATE_GELU, 1, 6, 0, "ffn_norm"},
+    {"gpt-oss", 1, GATE_CLAMPED, 0, 2, 1, "post_attention_norm"},
+};
+#define ARCHITECTURE_NAMES "llama, qwen2, qwen3, qwen3moe, gemma3 and gpt-oss"
+
+// The file's architecture, or NULL when run.c computes no such.
+static const Architecture *gguf_architecture(const Gguf *g) {
+    size_t len;
+    const char *name = gguf_string(g, "general.architecture", &len);
+    for (size_t i = 0; name && i < sizeof architectures / sizeof *architectures; i++)
+        if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) return &architectures[i];
+    return NULL;
+}
 
 // The key ARCH.suffix (llama.embedding_length, qwen2.embedding_length, ...).
 static const char *arch_key(char *key, size_t size, const char *arch, const char *suffix) {
@@ -8373,28 +8484,70 @@ static int gguf_rope_scaling(Config *c, const Gguf *g, const char *arch, const c
     size_t len = 0;
     const char *type = gguf_string(g, arch_key(key, sizeof key, arch, "rope.scaling.type"), &len);
     float factor = 1.0f;
-    if (type && !(len == 4 && !memcmp(type, "none", 4)) && !(len == 6 && !memcmp(type, "linear", 6)))
-        return fail("%s: rope.scaling.type '%.*s' is not supported (none and linear are)", path,
+    int yarn = type && len == 4 && !memcmp(type, "yarn", 4);
+    if (type && !yarn && !(len == 4 && !memcmp(type, "none", 4)) && !(len == 6 && !memcmp(type, "linear", 6)))
+        return fail("%s: rope.scaling.type '%.*s' is not supported (none, linear and yarn are)", path,
                     (int)(len < 64 ? len : 64), type);
     // as llama.cpp: no type is linear, and the factor is rope.scaling.factor
     // where given, else the older rope.scale_linear
     int err = gguf_float(g, arch_key(key, sizeof key, arch, "rope.scale_linear"), 1.0f, &factor);
     if (gguf_find(g, arch_key(key, sizeof key, arch, "rope.scaling.factor")))
         err |= gguf_float(g, key, 1.0f, &factor);
-    if (type && len == 4) factor = 1.0f; // none
+    if (type && len == 4 && !memcmp(type, "none", 4)) factor = 1.0f;
     if (err || !(factor > 0.0f) || !isfinite(factor))
         return fail("%s: the RoPE scaling factor is not a positive number", path);
     c->rope_scale = 1.0f / factor;
+    if (!yarn) return 0;
+    // YaRN: the trained context (default: context_length) sets which pairs
+    // are interpolated; the variants that scale attention otherwise
+    // (DeepSeek's log multiplier, an attention factor) are refused
+    int64_t context;
+    float other;
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "rope.scaling.original_context_length"), c->seq_len, &context) != 0 ||
+        context < 1 || context > INT32_MAX)
+        return fail("%s: metadata %s is not a positive context length", path, key);
+    c->rope_yarn_context = (int)context;
+    static const char *const refused[] = {"rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor"};
+    for (int i = 0; i < 2; i++)
+        if (gguf_find(g, arch_key(key, sizeof key, arch, refused[i])) &&
+            (gguf_float(g, key, 0.0f, &other) != 0 || other != (i == 0 ? 0.0f : 1.0f)))
+            return fail("%s: metadata %s is a YaRN variant run.c does not compute", path, key);
     return 0;
 }
 
-// Gemma 3's fields: GeGLU, post-norms, the embedding times sqrt(dim), the
-// sliding window and its layers' RoPE base, the query scale, the logits'
-// soft cap (where the file has one).
+// The sliding window (attention.sliding_window) and the layers that use
+// it: every layer l with l % period < period - 1. Gemma 3's local layers
+// turn RoPE with a base of their own (rope.freq_base_swa, default 10000)
+// and no scaling; gpt-oss's as the others do (a base of their own is
+// refused: no file has one).
+static int gguf_window(Config *c, const Gguf *g, const Architecture *a, const char *path) {
+    char key[96];
+    const char *arch = a->name;
+    int64_t window = 0, period = a->window_period;
+    if (!gguf_find(g, arch_key(key, sizeof key, arch, "attention.sliding_window")))
+        return a->window_required ? fail("%s: metadata %s is missing", path, key) : 0; // every layer global
+    if (gguf_int(g, key, 0, &window) != 0 || window <= 0 || window > c->seq_len)
+        return fail("%s: metadata %s is not a window in [1, context_length %d]", path, key, c->seq_len);
+    if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.sliding_window_pattern"), period, &period) != 0 ||
+        period < 1 || period > c->n_layers + 1)
+        return fail("%s: metadata %s is not a layer period in [1, %d]", path, key, c->n_layers + 1);
+    c->window = (int)window;
+    c->window_period = (int)period;
+    float base = a->gemma ? 10000.0f : c->rope_theta; // llama.cpp's default for these layers
+    if (gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base_swa"), base, &base) != 0 || !(base > 0.0f) ||
+        !isfinite(base))
+        return fail("%s: metadata %s is not a positive number", path, key);
+    if (a->gemma) c->rope_theta_local = base;
+    else if (base != c->rope_theta)
+        return fail("%s: metadata %s differs from rope.freq_base, which run.c does not compute for %s", path, key, arch);
+    return 0;
+}
+
+// Gemma 3's fields: post-norms, the embedding times sqrt(dim), the query
+// scale, the logits' soft cap (where the file has one).
 static int gguf_gemma(Config *c, const Gguf *g, const char *arch, const char *path) {
     char key[96];
-    int64_t window = 0, period = 6;
-    c->ffn_gelu = c->post_norms = 1;
+    c->post_norms = 1;
     c->embed_scale = sqrtf((float)c->dim);
     // llama.cpp's rule, after Gemma's own code: the 27B (62 layers) scales
     // queries by 1/sqrt(dim / n_heads), the others by 1/sqrt(head_size);
@@ -8406,18 +8559,6 @@ static int gguf_gemma(Config *c, const Gguf *g, const char *arch, const char *pa
     if (gguf_float(g, arch_key(key, sizeof key, arch, "final_logit_softcapping"), 0.0f, &c->logit_softcap) != 0 ||
         !(c->logit_softcap >= 0.0f) || !isfinite(c->logit_softcap))
         return fail("%s: metadata %s is not a number >= 0", path, key);
-    if (!gguf_find(g, arch_key(key, sizeof key, arch, "attention.sliding_window"))) return 0; // every layer global
-    if (gguf_int(g, key, 0, &window) != 0 || window <= 0 || window > c->seq_len)
-        return fail("%s: metadata %s is not a window in [1, context_length %d]", path, key, c->seq_len);
-    if (gguf_int(g, arch_key(key, sizeof key, arch, "attention.sliding_window_pattern"), period, &period) != 0 ||
-        period < 1 || period > c->n_layers + 1)
-        return fail("%s: metadata %s is not a layer period in [1, %d]", path, key, c->n_layers + 1);
-    c->window = (int)window;
-    c->window_period = (int)period;
-    c->rope_theta_local = 10000.0f; // llama.cpp's default for these layers
-    if (gguf_float(g, arch_key(key, sizeof key, arch, "rope.freq_base_swa"), c->rope_theta_local, &c->rope_theta_local) != 0 ||
-        !(c->rope_theta_local > 0.0f) || !isfinite(c->rope_theta_local))
-        return fail("%s: metadata %s is not a positive number", path, key);
     return 0;
 }
 
@@ -8430,13 +8571,11 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
                     "llama-gguf-split --merge FIRST_PART OUT.gguf)", path, (long long)part + 1, (long long)split);
     const char *name = gguf_string(g, "general.architecture", &len);
     if (!name) return fail("%s: GGUF file has no general.architecture (a vocabulary-only file?)", path);
-    int a = -1;
-    for (size_t i = 0; i < sizeof architectures / sizeof *architectures; i++)
-        if (strlen(architectures[i].name) == len && !memcmp(architectures[i].name, name, len)) a = (int)i;
-    if (a < 0)
+    const Architecture *a = gguf_architecture(g);
+    if (!a)
         return fail("%s: architecture '%.*s' is not supported (" ARCHITECTURE_NAMES " are)", path,
                     (int)(len < 64 ? len : 64), name);
-    const char *arch = architectures[a].name;
+    const char *arch = a->name;
     char key[96];
     if (g->n_tensors == 0)
         return fail("%s: a vocabulary-only GGUF file (no tensors): it can tokenize (-m tokenize) or serve as -z, "
@@ -8463,7 +8602,7 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
     *c = (Config){.dim = (int)v[0], .hidden_dim = (int)v[1], .n_layers = (int)v[2], .n_heads = (int)v[3],
                   .n_kv_heads = (int)v[4], .vocab_size = (int)emb->dims[1], .seq_len = (int)v[5],
                   .head_size = v[3] > 0 ? (int)(v[0] / v[3]) : 0, .rope_theta = c->rope_theta,
-                  .rope_neox = architectures[a].rope_neox, .norm_eps = c->norm_eps,
+                  .rope_neox = a->rope_neox, .gate = a->gate, .norm_eps = c->norm_eps,
                   .shared_classifier = gguf_tensor(g, "output.weight") == NULL,
                   .bos_id = (int)v[6], .eos_id = (int)v[7], .weight_type = (int)emb->type};
     // a mixture of experts: each expert as wide as feed_forward_length (Mixtral), or
@@ -8477,7 +8616,7 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
         return fail("%s: metadata %s is not in [1, expert_count %lld]", path, key, (long long)experts);
     c->n_experts = (int)experts;
     c->n_experts_used = experts > 0 ? (int)used : 0;
-    if (experts > 0 && !strcmp(arch, "qwen3moe")) {
+    if (experts > 0 && (!strcmp(arch, "qwen3moe") || !strcmp(arch, "gpt-oss"))) {
         if (gguf_int(g, arch_key(key, sizeof key, arch, "expert_feed_forward_length"), 0, &expert_width) != 0 ||
             expert_width <= 0 || expert_width > MAX_HIDDEN)
             return fail("%s: metadata %s is %s", path, key, gguf_find(g, key) ? "not a positive width" : "missing");
@@ -8498,25 +8637,30 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
         rope_dims != c->head_size)
         return fail("%s: %s.rope.dimension_count %lld is not the head size %d (partial RoPE is not supported)",
                     path, arch, (long long)rope_dims, c->head_size);
-    if (architectures[a].gemma && gguf_gemma(c, g, arch, path) != 0) return -1;
+    if (a->gemma && gguf_gemma(c, g, arch, path) != 0) return -1;
+    if (gguf_window(c, g, a, path) != 0) return -1;
     return gguf_rope_scaling(c, g, arch, path);
 }
 
 // The tensors a model's layers hold: ".weight" for all, ".bias" for attn_q/k/v only.
-static const char *const layer_tensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight", "attn_k.weight",
-                                            "attn_v.weight", "attn_output.weight", "attn_q.bias", "attn_k.bias",
-                                            "attn_v.bias", "attn_q_norm.weight", "attn_k_norm.weight"};
+// (and the architecture's norm before the feed-forward)
+static const char *const layer_tensors[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                            "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
+                                            "attn_output.bias", "attn_q_norm.weight", "attn_k_norm.weight",
+                                            "attn_sinks.weight"};
 // and those of an architecture with post-norms (gemma3)
 static const char *const post_norm_tensors[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
 // and the feed-forward's: a dense one, or a mixture of experts
 static const char *const dense_tensors[] = {"ffn_gate.weight", "ffn_down.weight", "ffn_up.weight"};
 static const char *const expert_tensors[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight",
-                                             "ffn_up_exps.weight"};
+                                             "ffn_up_exps.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias",
+                                             "ffn_down_exps.bias", "ffn_up_exps.bias"};
 
 // Refuses a tensor run.c would not read: computing without it would give
 // other logits than the file's own program (a bias on attn_output, a
 // layer beyond block_count, another architecture's norms).
 static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
+    const Architecture *a = gguf_architecture(g);
     static const char *const top[] = {"token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight"};
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *name = g->tensors[i].name;
@@ -8534,6 +8678,7 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
             return fail("%s: tensor %s is in layer %d, but block_count says %d layers", path, text, layer, c->n_layers);
         for (size_t k = 0; in_layer && k < sizeof layer_tensors / sizeof *layer_tensors; k++)
             used |= strcmp(text + at, layer_tensors[k]) == 0;
+        used |= in_layer && !strncmp(text + at, a->ffn_norm, strlen(a->ffn_norm)) && !strcmp(text + at + strlen(a->ffn_norm), ".weight");
         for (size_t k = 0; in_layer && c->post_norms && k < 2; k++) used |= strcmp(text + at, post_norm_tensors[k]) == 0;
         for (size_t k = 0; in_layer && c->n_experts == 0 && k < sizeof dense_tensors / sizeof *dense_tensors; k++)
             used |= strcmp(text + at, dense_tensors[k]) == 0;
@@ -8574,6 +8719,7 @@ static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts,
 
 static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, const char *path) {
     int q_dim = c->n_heads * c->head_size;
+    const Architecture *a = gguf_architecture(g);
     char name[64];
     if (gguf_weight(g, "token_embd.weight", c->vocab_size, c->dim, &w->token_embedding, NULL, path) ||
         gguf_weight(g, "output_norm.weight", 1, c->dim, NULL, &w->rms_final, path))
@@ -8585,11 +8731,17 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         return -1;
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights *lw = &w->layers[l];
-        struct { const char *suffix; int rows, cols; const float **bias; } biases[] = {
-            {"attn_q", 1, q_dim, &lw->bq}, {"attn_k", 1, kv_dim(c), &lw->bk}, {"attn_v", 1, kv_dim(c), &lw->bv}};
-        for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) { // optional, for llama too
-            snprintf(name, sizeof name, "blk.%d.%s.bias", l, biases[i].suffix);
-            if (gguf_tensor(g, name) && gguf_weight(g, name, biases[i].rows, biases[i].cols, NULL, biases[i].bias, path))
+        int n_exp = c->n_experts > 0 ? c->n_experts : 1; // (an expert's bias in a dense model is refused)
+        struct { const char *name; int rows, cols; const float **bias; } optional[] = {
+            {"attn_q.bias", 1, q_dim, &lw->bq}, {"attn_k.bias", 1, kv_dim(c), &lw->bk},
+            {"attn_v.bias", 1, kv_dim(c), &lw->bv}, {"attn_output.bias", 1, c->dim, &lw->bo},
+            {"attn_sinks.weight", 1, c->n_heads, &lw->sinks}, {"ffn_gate_inp.bias", 1, n_exp, &lw->router_bias},
+            {"ffn_gate_exps.bias", n_exp, c->hidden_dim, &lw->expert_b1},
+            {"ffn_down_exps.bias", n_exp, c->dim, &lw->expert_b2},
+            {"ffn_up_exps.bias", n_exp, c->hidden_dim, &lw->expert_b3}};
+        for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++) { // for any architecture that has them
+            snprintf(name, sizeof name, "blk.%d.%s", l, optional[i].name);
+            if (gguf_tensor(g, name) && gguf_weight(g, name, optional[i].rows, optional[i].cols, NULL, optional[i].bias, path))
                 return -1;
         }
         struct { const char *suffix; const float **norm; } head_norms[] = {{"attn_q_norm", &lw->q_norm},
@@ -8606,7 +8758,7 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         int period = c->window_period;
         lw->window = c->window > 0 && l % period < period - 1 ? c->window : 0;
         struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
-            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {"ffn_norm", 1, c->dim, NULL, &lw->rms_ffn},
+            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {a->ffn_norm, 1, c->dim, NULL, &lw->rms_ffn},
             {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
             {"attn_v", kv_dim(c), c->dim, &lw->wv, NULL},  {"attn_output", c->dim, q_dim, &lw->wo, NULL},
             {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
@@ -10202,11 +10354,13 @@ static const char *beyond_runc(const Transformer *t) {
     if (t->weights.rope_freqs || c->rope_scale != 1.0f) return "RoPE scaling";
     if (c->head_size * c->n_heads != c->dim) return "a head size other than dim / n_heads";
     if (c->n_experts > 0) return "a mixture of experts";
-    if (c->ffn_gelu || c->post_norms || c->embed_scale > 0 || c->query_scale > 0 || c->logit_softcap > 0 || c->window > 0)
-        return "Gemma's layers (GeGLU, post-norms, sliding windows)";
+    if (c->gate != GATE_SILU || c->post_norms || c->embed_scale > 0 || c->query_scale > 0 || c->logit_softcap > 0 ||
+        c->window > 0 || c->rope_yarn_context > 0)
+        return "Gemma's or gpt-oss's layers (their gates, post-norms, sliding windows, YaRN)";
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &t->weights.layers[l];
-        if (lw->bq || lw->bk || lw->bv) return "q/k/v biases";
+        if (lw->bq || lw->bk || lw->bv || lw->bo) return "attention biases";
+        if (lw->sinks) return "attention sinks";
         if (lw->q_norm || lw->k_norm) return "per-head q/k norms (qwen3)";
     }
     return NULL;

@@ -151,6 +151,7 @@ static const char *const shared_only_cases[] = {
     "reference/llama3_family/logits/r256_rope_freqs", "reference/llama3_family/logits/q256_qwen2",
     "reference/arch/qwen3_f32", "reference/arch/qwen3moe_f32", "reference/arch/qwen3moe_q4_k_m",
     "reference/arch/mixtral_f32", "reference/arch/gemma3_f32", "reference/arch/gemma3_q8_0",
+    "reference/arch/gptoss_f32", "reference/arch/gptoss_mxfp4",
 };
 enum { N_SHARED_ONLY_CASES = sizeof shared_only_cases / sizeof shared_only_cases[0] };
 
@@ -1861,7 +1862,7 @@ static void test_small_twins(void) {
     uint64_t rng = 31;
     float a[N], b[N], c[N], d[N];
     uint16_t h[N], h2[N];
-    int bad_swiglu = 0, bad_geglu = 0, bad_f16 = 0, bad_half = 0, bad_exp = 0;
+    int bad_swiglu = 0, bad_geglu = 0, bad_clamped = 0, bad_f16 = 0, bad_half = 0, bad_exp = 0;
     for (int trial = 0; trial < 20; trial++) {
         random_floats(&rng, a, N);
         random_floats(&rng, b, N);
@@ -1880,6 +1881,16 @@ static void test_small_twins(void) {
             bad_geglu += fabs(c[i] - gelu) > 1e-6 * fabs(g * b[i]);
             bad_geglu += fabs(d[i] - gelu) > 1e-6 * fabs(g * b[i]); // (1 + tanh loses the far tail)
         }
+        for (int i = 0; i < N; i++) b[i] *= 10.0f; // ups beyond the clamp too
+        memcpy(c, a, sizeof a);
+        memcpy(d, a, sizeof a);
+        swiglu_clamped(c, b, N);
+        swiglu_clamped_plain(d, b, N);
+        for (int i = 0; i < N; i++) { // and the definition, in double
+            double g = a[i] < 7 ? a[i] : 7, u = b[i] < -7 ? -7 : b[i] > 7 ? 7 : b[i], want = g / (1 + exp(-1.702 * g)) * (u + 1);
+            bad_clamped += fabsf(c[i] - d[i]) > 1e-6f * fabsf(d[i]) + 1e-30f || fabs(d[i] - want) > 1e-6 * fabs(g * (u + 1));
+        }
+        for (int i = 0; i < N; i++) b[i] /= 10.0f;
         f32_to_f16_row(h, b, N);
         f32_to_f16_row_plain(h2, b, N);
         bad_f16 += memcmp(h, h2, sizeof h) != 0;
@@ -1902,11 +1913,11 @@ static void test_small_twins(void) {
         float x = f16_to_f32((uint16_t)v), y = f16_to_f32_plain((uint16_t)v);
         bad_half += isnan(y) ? !isnan(x) : memcmp(&x, &y, sizeof x) != 0;
     }
-    report("kernels: swiglu, geglu, exp_row, the fp16 cache's dots and store and f16_to_f32 == their plain twins "
-           "(geglu: both within 1e-6 of GELU's tanh form in double)",
-           bad_swiglu == 0 && bad_geglu == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
-           "swiglu %d off, geglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of 65536 off", bad_swiglu,
-           bad_geglu, bad_exp, bad_f16, bad_half);
+    report("kernels: swiglu, geglu, the clamped swiglu, exp_row, the fp16 cache's dots and store and f16_to_f32 == "
+           "their plain twins (geglu: both within 1e-6 of GELU's tanh form in double)",
+           bad_swiglu == 0 && bad_geglu == 0 && bad_clamped == 0 && bad_f16 == 0 && bad_half == 0 && bad_exp == 0,
+           "swiglu %d off, geglu %d off, clamped swiglu %d off, exp_row %d off, fp16 cache %d off, f16_to_f32 %d of "
+           "65536 off", bad_swiglu, bad_geglu, bad_clamped, bad_exp, bad_f16, bad_half);
 }
 
 // Attention's weighted sum of the values (added to what out holds) against
@@ -5840,7 +5851,7 @@ static double gguf_tolerance(const char *file_name) {
     static const struct { const char *type; double tolerance; } types[] = {
         {"q4_0", 3e-2}, {"q8_0", 3e-2}, {"f16", 2e-3}, {"f32", 1e-4}, {"q4_1", 3e-2}, {"q5_0", 3e-2},
         {"q5_1", 3e-2}, {"q2_k", 3e-2}, {"q3_k", 3e-2}, {"q4_k", 3e-2}, {"q5_k", 3e-2}, {"q6_k", 3e-2},
-        {"iq4_nl", 3e-2}, {"iq4_xs", 3e-2},
+        {"iq4_nl", 3e-2}, {"iq4_xs", 3e-2}, {"mxfp4", 3e-2},
     };
     // gemma3 F32: 1e-3, since llama.cpp's GELU rounds its input and output
     // to fp16 (run.c's is exact; the reference's rounding alone moves the
@@ -7150,7 +7161,7 @@ static int add_gguf_values(const char *src, const char *dst, const GgufEntry *en
 static void test_rope_linear(void) {
     const char *name = "RoPE: rope.scaling.type linear, factor 4 == every rope_freqs factor 4 (q256)";
     char src[PATH_SIZE], status[64], err[256];
-    const char *linear = "build/tmp/q256-linear.gguf", *yarn = "build/bad/q256-yarn.gguf";
+    const char *linear = "build/tmp/q256-linear.gguf", *longrope = "build/bad/q256-longrope.gguf";
     data_path(src, "models/gguf/q64.f32.gguf");
     Transformer a, b;
     GgufEntry linear_4[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "linear", 0}, {"qwen2.rope.scaling.factor", GGUF_F32, NULL, 4}};
@@ -7178,15 +7189,15 @@ static void test_rope_linear(void) {
     transformer_close(&a);
     transformer_close(&b);
     remove(linear);
-    GgufEntry yarn_type[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "yarn", 0}};
-    if (add_gguf_values(src, yarn, yarn_type, 1) != 0) {
-        report("bad GGUF: rope.scaling.type yarn", 0, "cannot write %s", yarn);
+    GgufEntry longrope_type[] = {{"qwen2.rope.scaling.type", GGUF_STRING, "longrope", 0}};
+    if (add_gguf_values(src, longrope, longrope_type, 1) != 0) {
+        report("bad GGUF: rope.scaling.type longrope", 0, "cannot write %s", longrope);
         return;
     }
     CliResult r;
-    cli(&r, yarn, "-m", "tokenize", "-i", "hi", NULL);
-    report("bad GGUF: rope.scaling.type yarn is refused by name",
-           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "yarn") && strstr(r.err.data, yarn),
+    cli(&r, longrope, "-m", "tokenize", "-i", "hi", NULL);
+    report("bad GGUF: rope.scaling.type longrope is refused by name",
+           r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, "longrope") && strstr(r.err.data, longrope),
            "%s, stderr %s", status_text(r.status, status, sizeof status), quoted(r.err.data, r.err.len, err, sizeof err));
     cli_free(&r);
 }
@@ -9106,6 +9117,54 @@ static void test_window_ring(const char *path, int kv_type) {
     transformer_close(&full);
 }
 
+// A copy of src at dst with the first dimension of tensor name (its
+// info: the name, n_dims, then the dimensions) set to value. 0 ok.
+static int patch_gguf_dim(const char *src, const char *dst, const char *name, uint64_t value) {
+    Bytes file;
+    if (load_file(src, &file) != 0) return -1;
+    size_t n = strlen(name);
+    int done = 0;
+    for (size_t i = 8; i + n + 12 <= file.len && !done; i++) {
+        unsigned char *p = (unsigned char *)file.data + i;
+        if (read_u64(p - 8) != n || memcmp(p, name, n) != 0) continue;
+        for (int b = 0; b < 8; b++) p[n + 4 + b] = (unsigned char)(value >> (8 * b));
+        done = 1;
+    }
+    int err = done ? save_file(dst, file.data, file.len) : -1;
+    bytes_free(&file);
+    return err;
+}
+
+// gpt-oss files run.c must not compute with, likewise: sinks of the wrong
+// length, a window of 0, no window at all.
+static void test_gptoss_refusals(void) {
+    char src[PATH_SIZE];
+    data_path(src, "models/arch/gptoss_f32.gguf");
+    if (!file_exists(src)) { report("bad GGUF: gpt-oss files run.c must refuse", 0, "no %s", src); return; }
+    static const struct { const char *label, *word; } cases[] = {
+        {"attention sinks of the wrong length", "attn_sinks"},
+        {"a sliding window of 0", "sliding_window"},
+        {"no sliding window", "sliding_window is missing"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char name[160], path[PATH_SIZE], status[64], err[256];
+        format_text(name, sizeof name, "bad GGUF: gpt-oss with %s is refused in one line", cases[i].label);
+        format_text(path, sizeof path, "build/bad/gptoss-%d.gguf", i);
+        int made = i == 0 ? patch_gguf_dim(src, path, "blk.2.attn_sinks.weight", 3)
+                 : i == 1 ? patch_gguf(src, path, NULL, NULL, "gpt-oss.attention.sliding_window", 0)
+                          : patch_gguf(src, path, "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_windoX", NULL, 0);
+        if (made != 0) { report(name, 0, "cannot write %s", path); continue; }
+        CliResult r;
+        cli(&r, path, "-n", "4", NULL);
+        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
+                         strstr(r.err.data, cases[i].word),
+               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
+               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
+        cli_free(&r);
+        remove(path);
+    }
+}
+
 // Gemma 3 files run.c must not compute with are refused in one line that
 // names the file and the problem: a window of 0 or beyond the context, a
 // key_length the tensors do not have, a missing post-norm.
@@ -9141,7 +9200,7 @@ static void test_gemma_refusals(void) {
 }
 
 static void arch_tests(void) {
-    static const char *const families[] = {"qwen3_", "qwen3moe_", "mixtral_", "moe64_", "gemma3_"};
+    static const char *const families[] = {"qwen3_", "qwen3moe_", "mixtral_", "moe64_", "gemma3_", "gptoss_"};
     for (size_t i = 0; i < sizeof families / sizeof *families; i++) test_gguf_logits_named("reference/arch", families[i]);
     char gemma[PATH_SIZE];
     data_path(gemma, "models/arch/gemma3_q8_0.gguf");
@@ -9150,6 +9209,11 @@ static void arch_tests(void) {
     test_window_ring(gemma, TYPE_F32);
     test_window_ring(gemma, TYPE_F16);
     test_gemma_refusals();
+    char gptoss[PATH_SIZE];
+    data_path(gptoss, "models/arch/gptoss_f32.gguf");
+    test_batched_prefill(gptoss, "gptoss_f32.gguf (sinks, windows of 8 on even layers, YaRN, biased experts)");
+    test_window_ring(gptoss, TYPE_F32);
+    test_gptoss_refusals();
     static const char *const models[][2] = { // a file, and what it has
         {"models/arch/qwen3_q4_k_m.gguf", "qwen3: head size 128 with dim 256, q/k norms"},
         {"models/arch/moe64.q8_0.gguf", "4 experts, 2 used: prefill groups the positions by expert"},
