@@ -2103,7 +2103,7 @@ static void test_exp_row(void) {
    for tiles of positions (prefill), with 1 and 2 threads. */
 
 // The types with a packed layout.
-static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL,
+static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL, TYPE_MXFP4,
                                     TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
 enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
 
@@ -2125,7 +2125,7 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     uint16_t d, dmin;
     memcpy(&d, meta + 2 * r, 2);
     if (type_traits[m->type].block_size == QK) {
-        float value = f16_to_f32(d) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
+        float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
         if (!packed_mins(m->type)) return value;
         memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
         return value + f16_to_f32(dmin);
@@ -2164,7 +2164,7 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every value, scale and min (all 12 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
+    report("kernels: pack_matrix keeps every value, scale and min (all 13 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
            "%d values, %d off%s", checked, bad, where);
 }
 
@@ -2420,6 +2420,11 @@ static void set_block_value(void *row, int type, int b, int k, int v) {
         block->d = 0x3C00;
         for (q = 0; iq4nl_values[q] != v; q++) {}
         qs = block->qs;
+    } else if (type == TYPE_MXFP4) {
+        BlockMXFP4 *block = (BlockMXFP4 *)row + b;
+        block->e = 128; // the halved scale 1: values are the doubled levels
+        for (q = 0; mxfp4_values[q] != v; q++) {}
+        qs = block->qs;
     } else {
         BlockQ4_0 *block = (BlockQ4_0 *)row + b;
         block->d = 0x3C00;
@@ -2432,15 +2437,16 @@ static void set_block_value(void *row, int type, int b, int k, int v) {
 
 // The packed kernels at the ends of the integer ranges, all scales 1:
 // Q8_0 weights -128 (a file may hold it) or 127, Q4_0 nibbles 0 or 15,
-// Q5_0 values 0 or 31, IQ4_NL -127 or 113, activations -127 or 127. The
+// Q5_0 values 0 or 31, IQ4_NL -127 or 113, MXFP4 (doubled) -12 or 12,
+// activations -127 or 127. The
 // sums must be exact (float holds them): trials 1 and 2 take every weight
 // at one end and x at 127, the largest sums AVX2 adds in int16.
 static void test_packed_extremes(void) {
     enum { ROWS = 19, COLS = 3 * QK, TRIALS = 16 };
-    int types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q5_0, TYPE_IQ4_NL};
-    int lows[] = {-128, -8, -16, -127}, highs[] = {127, 7, 15, 113};
+    int types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q5_0, TYPE_IQ4_NL, TYPE_MXFP4};
+    int lows[] = {-128, -8, -16, -127, -12}, highs[] = {127, 7, 15, 113, 12};
     uint64_t rng = 23;
-    for (int ty = 0; ty < 4; ty++) {
+    for (int ty = 0; ty < 5; ty++) {
         int bad = 0;
         char where[128] = "";
         size_t row_bytes = type_row_bytes(types[ty], COLS);
@@ -2548,6 +2554,7 @@ static void unit_scales(void *block, int type) {
     case TYPE_Q6_K: ((BlockQ6_K *)block)->d = one; break;
     case TYPE_IQ4_NL: ((BlockIQ4_NL *)block)->d = one; break;
     case TYPE_IQ4_XS: ((BlockIQ4_XS *)block)->d = one; break;
+    case TYPE_MXFP4: ((BlockMXFP4 *)block)->e = 128; break; // E8M0 2^1, halved with the doubled levels: 1
     }
 }
 
@@ -2558,7 +2565,7 @@ static void unit_scales(void *block, int type) {
 static void test_dot_extremes_all(void) {
     enum { N = 2 * 256, TRIALS = 24 };
     static const int types[] = {TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K,
-                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS};
+                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS, TYPE_MXFP4};
     uint64_t rng = 17;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]], *at = &type_traits[tt->act_type];
@@ -3050,7 +3057,116 @@ static void test_quantized_quality(void) {
     }
 }
 
+/* MXFP4 against the OCP microscaling definition, computed here from the
+   bits rather than from run.c's tables: a 4-bit E2M1 code is a sign bit,
+   two exponent bits (bias 1; 0: subnormal) and one mantissa bit; the
+   block's E8M0 byte e scales by 2^(e - 127). */
+
+// The value of E2M1 code c (0..15) from its bits, in double.
+static double e2m1_value(int c) {
+    int exponent = (c >> 1) & 3, mantissa = c & 1;
+    double magnitude = exponent == 0 ? 0.5 * mantissa : ldexp(1.0 + 0.5 * mantissa, exponent - 1);
+    return c & 8 ? -magnitude : magnitude;
+}
+
+// Hand-built blocks: every code at every position and scales across E8M0's
+// range (0 and 1 give subnormal floats, 254 overflows the top codes to
+// infinity), dequantized == code value * 2^(e - 127) rounded to float; the
+// plain dot against Q8_0 x == the same values times x's, summed in double.
+static void test_mxfp4_definition(void) {
+    static const int scales[] = {0, 1, 2, 3, 100, 126, 127, 128, 129, 200, 253, 254};
+    uint64_t rng = 59;
+    int checked = 0, bad = 0, bad_dot = 0;
+    char where[160] = "";
+    for (size_t s = 0; s < sizeof scales / sizeof scales[0]; s++)
+        for (int shift = 0; shift < 16; shift++) {
+            BlockMXFP4 block = {.e = (uint8_t)scales[s]};
+            int codes[32];
+            for (int k = 0; k < 32; k++) codes[k] = (k + shift) % 16; // each code at each position over the shifts
+            for (int j = 0; j < 16; j++) block.qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
+            float out[32];
+            dequantize_mxfp4(out, &block, 32);
+            for (int k = 0; k < 32; k++, checked++) {
+                float want = (float)(e2m1_value(codes[k]) * ldexp(1.0, scales[s] - 127));
+                if (out[k] != want && !bad++) // (code 8, -0, is +0 as in ggml: equal)
+                    format_text(where, sizeof where, "; first: e %d code %d: %g, not %g", scales[s], codes[k], out[k], want);
+            }
+            if (scales[s] > 200) continue; // the dot below stays finite
+            BlockQ8_0 x = {.d = f32_to_f16(ldexp(1.0, (int)(next_random(&rng) % 9) - 12))};
+            double want = 0.0;
+            for (int k = 0; k < 32; k++) {
+                x.qs[k] = (int8_t)((int)(next_random(&rng) % 255) - 127);
+                want += e2m1_value(codes[k]) * ldexp(1.0, scales[s] - 127) * f16_to_f32(x.d) * x.qs[k];
+            }
+            float got = dot_mxfp4_plain(&block, &x, 32), fast = dot_mxfp4(&block, &x, 32);
+            // the integer sum is exact; the two scales' product may round when it is subnormal
+            double limit = fabs(want) * 1e-6 + ldexp(1.0, -149) * 32 * 12 * 127;
+            if ((fabs(got - want) > limit || memcmp(&got, &fast, sizeof got) != 0) && !bad_dot++)
+                format_text(where, sizeof where, "; dot off: e %d: %g (fast %g), not %g", scales[s], got, fast, want);
+        }
+    report("kernels: MXFP4 dequantize == E2M1 code value * 2^(e - 127) for every code, position and scale; its dots == their definition",
+           bad == 0 && bad_dot == 0, "%d values, %d off, %d dots off%s", checked, bad, bad_dot, where);
+}
+
+// The code the definition picks for x against the block's scale 2^(e - 127):
+// the nearest E2M1 value (all but the sign in double, exactly), a tie going
+// to the smaller magnitude; a value that rounds to zero is +0 (code 0).
+static int mxfp4_expected_code(float x, int e) {
+    double scaled = fabs((double)x) / ldexp(1.0, e - 127), best_err = INFINITY;
+    int best = 0;
+    for (int c = 0; c < 8; c++) { // magnitudes in increasing order: a strict < keeps the smaller on a tie
+        double err = fabs(e2m1_value(c) - scaled);
+        if (err < best_err) { best = c; best_err = err; }
+    }
+    return best != 0 && x < 0 ? best | 8 : best;
+}
+
+// quantize_mxfp4 == the definition of ggml's quantize_row_mxfp4_ref, written
+// here another way: e = floor(log2(amax)) - 2 + 127 with the exponent
+// taken from frexp (exact), each code by mxfp4_expected_code. Blocks of
+// random values over scales 2^-40..2^40, blocks whose values sit exactly
+// halfway between two levels, above the top level (6 to 8 times the
+// scale), signed zeros, an all-zero block, and one whose amax is exactly a
+// power of two.
+static void test_mxfp4_quantize(void) {
+    enum { BLOCKS = 400 };
+    static const float halfway[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 7.0f, 7.99f, 6.0f, 0.0f, -0.0f};
+    uint64_t rng = 61;
+    float x[32];
+    int checked = 0, bad = 0;
+    char where[160] = "";
+    for (int b = 0; b < BLOCKS; b++) {
+        if (b < 64) { // the halfway values (times -1 on odd blocks) at scale 2^(b - 32), with 6 making the top
+            for (int k = 0; k < 32; k++) x[k] = ldexpf(halfway[(k + b) % 12], b - 32) * (b % 2 ? -1.0f : 1.0f);
+            x[b % 32] = ldexpf(6.0f, b - 32);
+        } else if (b == 64 || b == 65) {
+            for (int k = 0; k < 32; k++) x[k] = b == 64 ? 0.0f : (k % 3) * 0.5f; // amax 1 exactly: e = 125
+        } else {
+            random_floats(&rng, x, 32);
+            float scale = ldexpf(1.0f, (int)(next_random(&rng) % 81) - 40);
+            for (int k = 0; k < 32; k++) x[k] *= scale;
+        }
+        BlockMXFP4 got;
+        quantize_mxfp4(&got, x, 32);
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+        int exponent = 0;
+        if (amax > 0.0f) frexpf(amax, &exponent); // amax = m * 2^exponent, m in [0.5, 1): floor(log2) = exponent - 1
+        int e = amax > 0.0f ? exponent - 1 - 2 + 127 : 0, bad_block = got.e != e;
+        for (int k = 0; k < 32; k++) {
+            int code = k < 16 ? got.qs[k] & 0xF : got.qs[k - 16] >> 4;
+            bad_block |= code != mxfp4_expected_code(x[k], e);
+        }
+        checked++;
+        if (bad_block && !bad++) format_text(where, sizeof where, "; first: block %d (amax %g): e %d, expected %d", b, amax, got.e, e);
+    }
+    report("kernels: MXFP4 quantize == the definition of ggml's quantize_row_mxfp4_ref (E8M0 exponent, nearest E2M1, ties down)",
+           bad == 0, "%d blocks, %d off%s", checked, bad, where);
+}
+
 static void kernel_tests(void) {
+    test_mxfp4_definition();
+    test_mxfp4_quantize();
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
     test_row_kernels();
