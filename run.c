@@ -7378,7 +7378,7 @@ static int runc_check_blocks(TransformerWeights *w, const Config *c, const char 
         if (m->type != TYPE_MXFP4) continue;
         int64_t bad = mxfp4_nan_block(m->data, (uint64_t)m->rows * type_row_bytes(m->type, m->cols) / sizeof(BlockMXFP4));
         if (bad < 0) continue;
-        const char *what = i < 0 ? "token_embedding" : i == 7 * c->n_layers ? "wcls" : names[i % 7];
+        const char *what = i < 0 ? "the token embedding" : i == 7 * c->n_layers ? "the classifier" : names[i % 7];
         if (i >= 0 && i < 7 * c->n_layers)
             return fail("%s: layer %d's %s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: "
                         "the file is damaged, or its writer is broken", path, i / 7, what, (long long)bad);

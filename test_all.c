@@ -6621,6 +6621,80 @@ static void test_gguf_foreign(const char *v0_path, const GgufVocab *vocab) {
     cli_free(&r);
 }
 
+// MXFP4 tensors (type 39) in a GGUF written here: every matrix of the good
+// file quantized with quantize_mxfp4 in place. Its logits against the same
+// file with each matrix replaced by its MXFP4 values as F32 (the only
+// difference: x quantized to Q8_0 for the products), within the tolerance
+// of the shared files' 4-bit types against llama.cpp; -m quantize --dtype
+// mxfp4 of the F32 file writes the same blocks (logits bit for bit). A
+// block whose scale byte is 255 (E8M0's NaN), in either format, is refused
+// in one line naming the file and the matrix.
+static void test_gguf_mxfp4(const Buffer *good, const GgufMarks *m) {
+    const char *mx_path = "build/models/written-mxfp4.gguf", *ref_path = "build/models/written-mxfp4-as-f32.gguf";
+    const char *runc_path = "build/models/written-mxfp4.bin", *bad_path = "build/bad/mxfp4-nan-scale.gguf";
+    unsigned char *mx = malloc(good->len), *ref = malloc(good->len);
+    memcpy(mx, good->data, good->len);
+    memcpy(ref, good->data, good->len);
+    int converted = 0, v = tensor_index(m, "blk.1.attn_v.weight");
+    size_t v_bytes = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        int cols = (int)get_le32(good->data + m->n_dims_at[i] + 4), rows = (int)get_le32(good->data + m->n_dims_at[i] + 12);
+        if (get_le32(good->data + m->n_dims_at[i]) != 2 || cols % 32) continue; // the matrices
+        for (int r = 0; r < rows; r++) {
+            size_t at = m->data_start + m->offset[i];
+            float *row = (float *)(ref + at) + (size_t)r * cols; // the data are 64-byte aligned in the buffer
+            BlockMXFP4 *blocks = (BlockMXFP4 *)(mx + at) + (size_t)r * (cols / 32);
+            quantize_mxfp4(blocks, row, cols);
+            dequantize_mxfp4(row, blocks, cols);
+        }
+        if (i == v) v_bytes = (size_t)rows * (cols / 32) * sizeof(BlockMXFP4);
+        put_le32(mx + m->type_at[i], TYPE_MXFP4);
+        converted++;
+    }
+    save_file(mx_path, mx, good->len);
+    save_file(ref_path, ref, good->len);
+    LogitsDiff d;
+    const char *name = "GGUF with MXFP4 matrices: logits within 3e-2 of its MXFP4 values as F32";
+    if (compare_logits(mx_path, ref_path, 0, &d) != 0) report(name, 0, "%s", d.problem);
+    else report(name, converted >= 7 && d.worst <= 3e-2, "%d matrices, %d positions, worst %.2e x max|ref|, top-1 agrees at %d",
+                converted, d.positions, d.worst, d.top1_agree);
+
+    Transformer src;
+    name = "-m quantize --dtype mxfp4 writes the blocks quantize_mxfp4 gives: logits == the MXFP4 GGUF's bit for bit";
+    if (transformer_open_mapped(&src, ref_path, 0) != 0) report(name, 0, "%s", error_message);
+    else {
+        // from the F32 file of the MXFP4 values: quantizing them again gives the same blocks
+        int err = quantize_mode(&src, ref_path, runc_path, TYPE_MXFP4);
+        transformer_close(&src);
+        if (err) report(name, 0, "%s", error_message);
+        else expect_same_logits(name, runc_path, mx_path, 0);
+    }
+
+    struct { const char *label, *path, *what; } cases[] = {
+        {"GGUF", bad_path, "blk.1.attn_v.weight"}, {"our format", "build/bad/mxfp4-nan-scale.bin", "the classifier"}};
+    for (int c = 0; c < 2; c++) {
+        Bytes file;
+        if (c == 0) {
+            mx[m->data_start + m->offset[v] + v_bytes - sizeof(BlockMXFP4)] = 255; // the tensor's last block
+            save_file(bad_path, mx, good->len);
+        } else if (load_file(runc_path, &file) == 0) {
+            file.data[file.len - sizeof(BlockMXFP4)] = (char)255; // the classifier's last block ends the file
+            save_file(cases[c].path, file.data, file.len);
+            bytes_free(&file);
+        }
+        Transformer t;
+        int refused = transformer_open(&t, cases[c].path) != 0;
+        if (!refused) transformer_close(&t);
+        char label[160];
+        format_text(label, sizeof label, "%s: an MXFP4 block with scale byte 255 (NaN) is refused in one line naming the file and the matrix",
+                    cases[c].label);
+        report(label, refused && strstr(error_message, cases[c].path) && strstr(error_message, cases[c].what) &&
+               strstr(error_message, "255") && !strchr(error_message, '\n'), "%s", refused ? error_message : "accepted");
+    }
+    free(mx);
+    free(ref);
+}
+
 static void gguf_tests(void) {
     CliFiles f;
     char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
@@ -6664,6 +6738,7 @@ static void gguf_tests(void) {
         expect_same_logits("GGUF version 2 written here loads; logits == the v0 file's bit for bit",
                            "build/models/written-v2.gguf", untied, 0);
         test_gguf_damage(&good, &m, 64);
+        test_gguf_mxfp4(&good, &m);
     }
     free(good.data);
     test_gguf_foreign(untied, &vocab);
