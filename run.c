@@ -9284,8 +9284,9 @@ void usage(FILE *f) {
         "                             (default generate)\n"
         "      --dtype <type>         quantize mode, one type for every matrix: f32 | f16 | q8_0 |\n"
         "                             q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k | q5_k | q6_k |\n"
-        "                             iq4_nl | iq4_xs; or a llama-quantize mix: q4_k_m | q5_k_m |\n"
-        "                             q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l | q4_k_s | q5_k_s\n"
+        "                             iq4_nl | iq4_xs | mxfp4; or a llama-quantize mix: q4_k_m |\n"
+        "                             q5_k_m | q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l |\n"
+        "                             q4_k_s | q5_k_s\n"
         "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
         "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
 #ifdef _OPENMP
