@@ -7831,10 +7831,6 @@ static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t align
             return fail("%s: truncated: tensor %.*s ends at byte %llu, but the file has %llu bytes", path,
                         (int)t->name_len, t->name, (unsigned long long)((uint64_t)(g->data - base) + t->offset + t->size),
                         (unsigned long long)file_size);
-        int64_t bad = t->type == TYPE_MXFP4 ? mxfp4_nan_block(g->data + t->offset, t->size / sizeof(BlockMXFP4)) : -1;
-        if (bad >= 0)
-            return fail("%s: tensor %.*s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: the "
-                        "file is damaged, or its writer is broken", path, (int)t->name_len, t->name, (long long)bad);
     }
     GgufTensor **order = malloc((size_t)g->n_tensors * sizeof *order + 1);
     if (!order) return fail("%s: out of memory", path);
@@ -7939,6 +7935,15 @@ static const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
     return NULL;
 }
 
+// Refuses an MXFP4 tensor with a NaN scale (mxfp4_nan_block). Only the
+// tensors a model uses are read: a file serving as a vocabulary (-z) is not.
+static int gguf_check_blocks(const Gguf *g, const GgufTensor *t, const char *path) {
+    int64_t bad = t->type == TYPE_MXFP4 ? mxfp4_nan_block(g->data + t->offset, t->size / sizeof(BlockMXFP4)) : -1;
+    if (bad < 0) return 0;
+    return fail("%s: tensor %.*s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: the file "
+                "is damaged, or its writer is broken", path, (int)t->name_len, t->name, (long long)bad);
+}
+
 // Points *m at the tensor called name, which must be (rows, cols); NULL
 // m: a norm vector (cols), which must be F32.
 static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matrix *m, const float **vec,
@@ -7960,7 +7965,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     } else {
         *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
     }
-    return 0;
+    return gguf_check_blocks(g, t, path);
 }
 
 // The architectures run.c computes: Llama's, and Qwen 2's, which adds
@@ -8139,6 +8144,7 @@ static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts,
     if (!type_supported(t->type))
         return fail("%s: tensor %s has type %s (%u), which run.c does not compute with (it reads %s)", path, name,
                     type_name(t->type), t->type, supported_type_names());
+    if (gguf_check_blocks(g, t, path)) return -1;
     size_t slab = (size_t)rows * type_row_bytes((int)t->type, cols);
     for (int e = 0; e < n_experts; e++)
         out[3 * e] = (Matrix){.data = g->data + t->offset + e * slab, .type = (int)t->type, .rows = rows, .cols = cols};

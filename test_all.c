@@ -3165,9 +3165,52 @@ static void test_mxfp4_quantize(void) {
            bad == 0, "%d blocks, %d off%s", checked, bad, where);
 }
 
+// MXFP4 blocks llama-quantize wrote (SHARED's gpt-oss MXFP4 file, its
+// experts by ggml's quantize_row_mxfp4_ref): dequantize_mxfp4 then
+// quantize_mxfp4 gives every block back byte for byte (values on the grid
+// keep their scale: the largest lands at 4 or 6 times it, and each value
+// on a level), and none has the NaN scale.
+static void test_mxfp4_llama_quantize_blocks(void) {
+    const char *name = "kernels: llama-quantize's MXFP4 blocks (gpt-oss's experts) == quantize_mxfp4 of their values, every tensor";
+    char path[PATH_SIZE];
+    if (!data_path(path, "models/arch/gptoss_mxfp4.gguf")) { report(name, 0, "%s is missing", path); return; }
+    void *map = NULL;
+    size_t size = 0;
+    Gguf g;
+    if (map_file(path, &map, &size) != 0 || gguf_parse(&g, map, size, path) != 0) {
+        report(name, 0, "%s", error_message);
+        if (map && map != MAP_FAILED) unmap_file(map, size);
+        return;
+    }
+    int n = 0, differ = 0, bad_scales = 0;
+    size_t blocks = 0;
+    char first[200] = "";
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const GgufTensor *t = &g.tensors[i];
+        if (t->type != TYPE_MXFP4) continue;
+        const BlockMXFP4 *theirs = (const BlockMXFP4 *)(g.data + t->offset);
+        size_t n_blocks = t->size / sizeof(BlockMXFP4), b = 0;
+        n++;
+        bad_scales += mxfp4_nan_block(theirs, n_blocks) >= 0;
+        for (; b < n_blocks; b++, blocks++) {
+            float values[32];
+            BlockMXFP4 ours;
+            dequantize_mxfp4(values, &theirs[b], 32);
+            quantize_mxfp4(&ours, values, 32);
+            if (memcmp(&ours, &theirs[b], sizeof ours) != 0) break;
+        }
+        if (b < n_blocks && !differ++) format_text(first, sizeof first, "; first: %.*s block %zu", (int)t->name_len, t->name, b);
+    }
+    report(name, n > 0 && differ == 0 && bad_scales == 0, "%d tensors, %zu blocks, %d tensors differ, %d with a NaN scale%s", n, blocks,
+           differ, bad_scales, first);
+    gguf_free(&g);
+    unmap_file(map, size);
+}
+
 static void kernel_tests(void) {
     test_mxfp4_definition();
     test_mxfp4_quantize();
+    test_mxfp4_llama_quantize_blocks();
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
     test_row_kernels();
