@@ -83,7 +83,7 @@ static int fail(const char *format, ...) {
 // computes with.
 enum { TYPE_F32 = 0, TYPE_F16 = 1, TYPE_Q4_0 = 2, TYPE_Q4_1 = 3, TYPE_Q5_0 = 6, TYPE_Q5_1 = 7, TYPE_Q8_0 = 8,
        TYPE_Q8_1 = 9, TYPE_Q2_K = 10, TYPE_Q3_K = 11, TYPE_Q4_K = 12, TYPE_Q5_K = 13, TYPE_Q6_K = 14,
-       TYPE_Q8_K = 15, TYPE_IQ4_NL = 20, TYPE_IQ4_XS = 23, TYPE_BF16 = 30, TYPE_COUNT = 31 };
+       TYPE_Q8_K = 15, TYPE_IQ4_NL = 20, TYPE_IQ4_XS = 23, TYPE_BF16 = 30, TYPE_MXFP4 = 39, TYPE_COUNT = 40 };
 
 typedef struct {
     int dim;               // transformer width
@@ -3059,7 +3059,7 @@ static uint64_t read_u64(const unsigned char *p) {
      act_type                 the format x is put in for this type's dot
                               product, as llama.cpp does: TYPE_F32 (x as it
                               is) or a quantized type (Q8_0 for Q8_0, Q4_0,
-                              Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; Q8_K for the
+                              Q5_0, IQ4_NL, MXFP4; Q8_1 for Q4_1, Q5_1; Q8_K for the
                               K-quants and IQ4_XS)
      dequantize               plain: n values back to floats, the reference
                               of every kernel (and the embedding lookup)
@@ -3404,13 +3404,13 @@ static void dot4_q4_0(float out[4], const void *rows, size_t row_bytes, const vo
 
 /* The other types of the GGUF files people download: Q4_1, Q5_0, Q5_1
    (blocks of 32), the K-quants Q2_K .. Q6_K (super-blocks of 256 with
-   packed sub-block scales and mins) and the non-linear IQ4_NL and IQ4_XS,
-   as ggml defines them. For each: the block layout, its dequantization
+   packed sub-block scales and mins), the non-linear IQ4_NL and IQ4_XS,
+   and MXFP4 (4-bit floats with a power-of-two scale), as ggml defines them. For each: the block layout, its dequantization
    (ggml's float operations in ggml's order, so the values are bit for bit
    GGUF's), and a plain integer dot product against x quantized as
    llama.cpp's CPU backend quantizes it for that type (act_type: Q8_K for
-   the K-quants and IQ4_XS, Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0 and
-   IQ4_NL). The dot products sum integers per (sub)block, then apply the
+   the K-quants and IQ4_XS, Q8_1 for Q4_1 and Q5_1, Q8_0 for Q5_0,
+   IQ4_NL and MXFP4). The dot products sum integers per (sub)block, then apply the
    scales in the order of ggml's generic C code. Writers (-m quantize)
    follow llama-quantize without an importance matrix. fp16 fields are read
    in place: every block size is even, so they are 2-byte aligned. */
@@ -3512,6 +3512,15 @@ typedef struct {
 } BlockIQ4_XS;
 _Static_assert(sizeof(BlockIQ4_XS) == 136, "BlockIQ4_XS is 136 bytes");
 
+// MXFP4 (OCP microscaling): 32 values x = E2M1(q) * 2^(e - 127), q a 4-bit
+// E2M1 code (sign, 2 exponent bits, 1 mantissa bit). No 16-bit fields, so
+// its blocks (17 bytes) may sit at any address.
+typedef struct {
+    uint8_t e;      // E8M0 scale: 2^(e - 127); 255 is NaN (refused at load)
+    uint8_t qs[16]; // q: low nibbles values 0..15, high nibbles 16..31
+} BlockMXFP4;
+_Static_assert(sizeof(BlockMXFP4) == 17, "BlockMXFP4 is 17 bytes");
+
 // Q8_1 activations (for Q4_1 and Q5_1 weights): 32 values x = d * q.
 typedef struct {
     uint16_t d;     // fp16 step
@@ -3530,6 +3539,20 @@ _Static_assert(sizeof(BlockQ8_K) == 292, "BlockQ8_K is 292 bytes");
 
 // IQ4_NL's and IQ4_XS's 16 levels, denser near zero where weights are.
 static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 16 E2M1 values doubled, so that they are integers (0, 0.5, 1, 1.5,
+// 2, 3, 4, 6 and their negatives); mxfp4_half_scale halves the scale to
+// make up (ggml's kvalues_mxfp4 and GGML_E8M0_TO_FP32_HALF).
+static const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128), the E8M0 scale halved, built from its bits: e 0 and 1 give
+// the subnormals 2^-128 and 2^-127. e is not 255 (the loaders refuse it).
+static float mxfp4_half_scale(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
 
 // The 32 bits of Q5_0/Q5_1's qh.
 static uint32_t read_qh32(const uint8_t *p) {
@@ -3691,6 +3714,17 @@ static void dequantize_iq4_nl(float *out, const void *row, int n) {
         for (int j = 0; j < 16; j++) {
             out[j] = d * iq4nl_values[b[i].qs[j] & 0xF];
             out[j + 16] = d * iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+static void dequantize_mxfp4(float *out, const void *row, int n) {
+    const BlockMXFP4 *b = row;
+    for (int i = 0; i < n / 32; i++, out += 32) {
+        float d = mxfp4_half_scale(b[i].e);
+        for (int j = 0; j < 16; j++) {
+            out[j] = mxfp4_values[b[i].qs[j] & 0xF] * d;
+            out[j + 16] = mxfp4_values[b[i].qs[j] >> 4] * d;
         }
     }
 }
@@ -3904,6 +3938,20 @@ static float dot_iq4_nl_plain(const void *row, const void *act, int n) {
         for (int j = 0; j < 16; j++)
             sumi += iq4nl_values[w[i].qs[j] & 0xF] * a[i].qs[j] + iq4nl_values[w[i].qs[j] >> 4] * a[i].qs[j + 16];
         sum += (f16_to_f32(a[i].d) * f16_to_f32(w[i].d)) * sumi;
+    }
+    return sum;
+}
+
+// ggml's order: the two scales multiplied first, then by the block's sum.
+static float dot_mxfp4_plain(const void *row, const void *act, int n) {
+    const BlockMXFP4 *w = row;
+    const BlockQ8_0 *a = act;
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++)
+            sumi += mxfp4_values[w[i].qs[j] & 0xF] * a[i].qs[j] + mxfp4_values[w[i].qs[j] >> 4] * a[i].qs[j + 16];
+        sum += (f16_to_f32(a[i].d) * mxfp4_half_scale(w[i].e)) * sumi;
     }
     return sum;
 }
@@ -4466,6 +4514,35 @@ static void quantize_iq4_nl(void *out, const float *x, int n) {
     }
 }
 
+// MXFP4 (ggml's quantize_row_mxfp4_ref): the scale puts the block's largest
+// magnitude amax in 4..8 times 2^(e - 127), the top of E2M1's range (6),
+// so e = floor(log2(amax)) - 2 + 127, through log2f as ggml; an all-zero
+// block has e 0. Each value takes the nearest of the doubled levels times
+// the halved scale, a tie going to the first in table order (the smaller
+// magnitude; zero as +0). Blocks whose amax is below 2^-125 would need an
+// e below 0 (ggml's cast is then undefined): they take e 0.
+static void quantize_mxfp4(void *out, const float *x, int n) {
+    BlockMXFP4 *y = out;
+    for (int i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j])) amax = fabsf(x[j]);
+        float e = amax > 0.0f ? floorf(log2f(amax)) - 2 + 127 : 0.0f;
+        y[i].e = e > 0.0f ? (uint8_t)e : 0;
+        float d = mxfp4_half_scale(y[i].e);
+        for (int j = 0; j < 32; j++) {
+            int best = 0;
+            float best_err = fabsf(mxfp4_values[0] * d - x[j]);
+            for (int k = 1; k < 16; k++) {
+                float err = fabsf(mxfp4_values[k] * d - x[j]);
+                if (err < best_err) { best = k; best_err = err; }
+            }
+            if (j < 16) y[i].qs[j] = (uint8_t)best;
+            else y[i].qs[j - 16] |= (uint8_t)(best << 4);
+        }
+    }
+}
+
 // IQ4_XS: each sub-block's d quantized to 6 bits (signed) against the
 // super-block's step -(the d of largest magnitude) / 32.
 static void quantize_iq4_xs(void *out, const float *x, int n) {
@@ -4656,8 +4733,9 @@ static float dot_q2_k(const void *row, const void *act, int n) { return dot_q2_k
 static float dot_q3_k(const void *row, const void *act, int n) { return dot_q3_k_plain(row, act, n); }
 #endif
 
-/* Q5_0 and IQ4_NL (blocks of 32 against Q8_0 x, the fallbacks of Q4_K_M
-   for rows that are not whole super-blocks, such as dim 288 or 576): each
+/* Q5_0, IQ4_NL and MXFP4 (blocks of 32 against Q8_0 x; the first two the
+   fallbacks of Q4_K_M for rows that are not whole super-blocks, such as
+   dim 288 or 576): each
    block's 32 values decoded to signed bytes, then dot_bytes, as dot_x32
    does for Q4_0. */
 
@@ -4705,9 +4783,25 @@ static float dot_iq4_nl(const void *row, const void *act, int n) {
     return sum;
 }
 
+// As IQ4_NL, with the doubled E2M1 levels and the halved E8M0 scale.
+static float dot_mxfp4(const void *row, const void *act, int n) {
+    const BlockMXFP4 *w = row;
+    const BlockQ8_0 *x = act;
+    const int8x16_t levels = vld1q_s8(mxfp4_values);
+    float sum = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        uint8x16_t packed = vld1q_u8(w[i].qs);
+        int8x16_t lo = vqtbl1q_s8(levels, vandq_u8(packed, vdupq_n_u8(0x0F))), hi = vqtbl1q_s8(levels, vshrq_n_u8(packed, 4));
+        int32x4_t sums = dot_bytes(lo, hi, vld1q_s8(x[i].qs), vld1q_s8(x[i].qs + 16));
+        sum += (f16_to_f32(x[i].d) * mxfp4_half_scale(w[i].e)) * vaddvq_s32(sums);
+    }
+    return sum;
+}
+
 #else
 static float dot_q5_0(const void *row, const void *act, int n) { return dot_q5_0_plain(row, act, n); }
 static float dot_iq4_nl(const void *row, const void *act, int n) { return dot_iq4_nl_plain(row, act, n); }
+static float dot_mxfp4(const void *row, const void *act, int n) { return dot_mxfp4_plain(row, act, n); }
 #endif
 
 /* Q4_1, Q5_1 (blocks of 32 against Q8_1 x) and Q5_K, IQ4_XS (super-blocks
@@ -4853,6 +4947,10 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
                      .dot = dot_iq4_xs,
                    .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 8)},
+    [TYPE_MXFP4] = {.block_size = 32, .block_bytes = sizeof(BlockMXFP4), .act_type = TYPE_Q8_0,
+                    .dequantize = dequantize_mxfp4, .quantize = quantize_mxfp4, .dot_plain = dot_mxfp4_plain,
+                    .dot = dot_mxfp4,
+                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 4},
     // activation formats only (no dot: never a weight)
     [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
                    .quantize = quantize_q8_1},
@@ -4896,6 +4994,17 @@ static size_t type_row_bytes(int type, int cols) {
 }
 
 #define MAX_BLOCK 256 // the most values any type's block holds
+
+// The first of n_blocks MXFP4 blocks at data whose scale byte is 255
+// (E8M0's NaN: every value of the block NaN, and ggml reads it as 2^127),
+// or -1. The loaders check every block: one byte in 17, on pages that
+// packing reads at load anyway.
+static int64_t mxfp4_nan_block(const void *data, uint64_t n_blocks) {
+    const BlockMXFP4 *b = data;
+    for (uint64_t i = 0; i < n_blocks; i++)
+        if (b[i].e == 255) return (int64_t)i;
+    return -1;
+}
 
 // Row i of a matrix as floats, for any weight type; a partial last block
 // is decoded whole and cut.
@@ -5672,7 +5781,7 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
    must widen one row's scale per block and add its lanes up per row. Like
    llama.cpp's CPU repacking, we copy each quantized matrix once at load time
    so that 16 rows travel together. First the types of 32-value blocks
-   (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); the K-quants follow. For each
+   (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4); the K-quants follow. For each
    group of 16 rows and each block of 32 columns (g, b), in this order,
      quants (Q8_0: 512 bytes) 8 chunks of 64 bytes; in chunk j, row r's four
             values 4j..4j+3 sit at bytes 4r..4r+3, stored plus 128 (0..255);
@@ -5682,9 +5791,11 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
             (Q5_0, Q5_1: 64 bytes more) bit 4 of q: bit j of byte 4r + i
             is value 4j + i's;
    and after all quants, the scales: 16 fp16 values per (g, b), one per
-   row, then (Q4_1, Q5_1) 16 fp16 mins. Stored values are unsigned: Q8_0
-   plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's index, turned by the
-   kernel into iq4nl_values[index] + 128 (packed_offset).
+   row, then (Q4_1, Q5_1) 16 fp16 mins; MXFP4's 16 floats instead (its
+   scales 2^-128..2^126 are out of fp16's range). Stored values are
+   unsigned: Q8_0 plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's and
+   MXFP4's index, turned by the kernel into iq4nl_values[index] + 128 or
+   mxfp4_values[index] + 128 (packed_offset).
    One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
    four bytes in every lane) and adds into 16 int32 lanes, one per row; a
    block's sums then take one conversion and one multiply-add for all 16
@@ -5735,7 +5846,7 @@ static const unsigned char *packed_meta(const Matrix *m, size_t gb) {
 // whether q has a fifth bit, and whether the block has a min (value = d * q + m).
 static int packed_offset(int type) {
     switch (type) {
-    case TYPE_Q8_0: case TYPE_IQ4_NL: return 128;
+    case TYPE_Q8_0: case TYPE_IQ4_NL: case TYPE_MXFP4: return 128;
     case TYPE_Q4_0: return 8;
     case TYPE_Q5_0: return 16;
     default: return 0; // Q4_1, Q5_1
@@ -5744,8 +5855,17 @@ static int packed_offset(int type) {
 static int packed_fifth_bit(int type) { return type == TYPE_Q5_0 || type == TYPE_Q5_1; }
 static int packed_mins(int type) { return type == TYPE_Q4_1 || type == TYPE_Q5_1; }
 
+// The stop for a type a switch over the packed types does not know: a new
+// type in the table without its packed code (a bug of run.c's, not of the
+// input), said before anything is computed with it.
+static _Noreturn void no_packed_layout(int type) {
+    fprintf(stderr, "run: internal error: no packed layout for weight type %s (%d)\n", type_name((uint32_t)type), type);
+    abort();
+}
+
 // Block b of a row of a 32-value type: q as stored (see packed_offset;
-// IQ4_NL: the index), d and m (fp16 bits, m 0 without a min).
+// IQ4_NL, MXFP4: the index), d and m (fp16 bits, m 0 without a min;
+// MXFP4: d is its E8M0 byte).
 static inline __attribute__((always_inline)) void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *block, int type) {
     const uint8_t *qs = NULL, *qh = NULL;
     *m = 0;
@@ -5760,7 +5880,9 @@ static inline __attribute__((always_inline)) void unpack_block32(uint8_t q[QK], 
     case TYPE_Q4_1: *d = ((const BlockQ4_1 *)block)->d; *m = ((const BlockQ4_1 *)block)->m; qs = ((const BlockQ4_1 *)block)->qs; break;
     case TYPE_Q5_0: *d = ((const BlockQ5_0 *)block)->d; qs = ((const BlockQ5_0 *)block)->qs; qh = ((const BlockQ5_0 *)block)->qh; break;
     case TYPE_Q5_1: *d = ((const BlockQ5_1 *)block)->d; *m = ((const BlockQ5_1 *)block)->m; qs = ((const BlockQ5_1 *)block)->qs; qh = ((const BlockQ5_1 *)block)->qh; break;
-    default: *d = ((const BlockIQ4_NL *)block)->d; qs = ((const BlockIQ4_NL *)block)->qs; // IQ4_NL
+    case TYPE_IQ4_NL: *d = ((const BlockIQ4_NL *)block)->d; qs = ((const BlockIQ4_NL *)block)->qs; break;
+    case TYPE_MXFP4: *d = ((const BlockMXFP4 *)block)->e; qs = ((const BlockMXFP4 *)block)->qs; break;
+    default: no_packed_layout(type);
     }
     uint32_t high = qh ? read_qh32(qh) : 0;
     for (int k = 0; k < QK; k++) q[k] = (uint8_t)((k < 16 ? qs[k] & 0xF : qs[k - 16] >> 4) | ((high >> k) & 1) << 4);
@@ -5773,7 +5895,8 @@ static inline __attribute__((always_inline)) void pack_row32_as(unsigned char *q
     uint8_t q[QK] = {0};
     uint16_t d = 0, min = 0, *scales = (uint16_t *)meta;
     if (block) unpack_block32(q, &d, &min, block, type);
-    scales[r] = d;
+    if (type == TYPE_MXFP4) ((float *)meta)[r] = block ? mxfp4_half_scale((uint8_t)d) : 0.0f;
+    else scales[r] = d;
     if (packed_mins(type)) scales[GROUP_ROWS + r] = min;
     for (int i = 0; i < 4; i++) {
         if (type == TYPE_Q8_0) {
@@ -5797,7 +5920,9 @@ static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const 
     case TYPE_Q4_1: pack_row32_as(quants, meta, r, block, TYPE_Q4_1); break;
     case TYPE_Q5_0: pack_row32_as(quants, meta, r, block, TYPE_Q5_0); break;
     case TYPE_Q5_1: pack_row32_as(quants, meta, r, block, TYPE_Q5_1); break;
-    default: pack_row32_as(quants, meta, r, block, TYPE_IQ4_NL);
+    case TYPE_IQ4_NL: pack_row32_as(quants, meta, r, block, TYPE_IQ4_NL); break;
+    case TYPE_MXFP4: pack_row32_as(quants, meta, r, block, TYPE_MXFP4); break;
+    default: no_packed_layout(type);
     }
 }
 
@@ -5825,13 +5950,21 @@ static void pack_matrix(unsigned char *dst, const Matrix *m) {
 }
 
 // Row r's value k (0..31) of block (g, b) as the kernels multiply it:
-// q plus packed_offset (IQ4_NL: iq4nl_values[index] + 128).
+// q plus packed_offset (IQ4_NL, MXFP4: iq4nl_values or mxfp4_values[index] + 128).
 static int packed_value(const unsigned char *quants, int r, int k, int type) {
     if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
     unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
     int q = k < 16 ? byte & 0xF : byte >> 4;
     if (packed_fifth_bit(type)) q |= ((quants[256 + r * 4 + k % 4] >> (k / 4)) & 1) << 4;
-    return type == TYPE_IQ4_NL ? iq4nl_values[q] + 128 : q;
+    if (type == TYPE_IQ4_NL) return iq4nl_values[q] + 128;
+    return type == TYPE_MXFP4 ? mxfp4_values[q] + 128 : q;
+}
+
+// Row r's scale of a 32-value type's block, from its (g, b)'s meta: fp16,
+// MXFP4's a float (its halved E8M0 scale).
+static float packed_row_scale(const unsigned char *meta, int r, int type) {
+    if (type == TYPE_MXFP4) return ((const float *)meta)[r];
+    return f16_to_f32(((const uint16_t *)meta)[r]);
 }
 
 // x (cols) as ActBlocks against a matrix of type (the offset of its stored
@@ -5870,13 +6003,13 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
-        const unsigned char *quants = packed_quants(m, gb);
-        const uint16_t *scales = (const uint16_t *)packed_meta(m, gb);
+        const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+        const uint16_t *scales = (const uint16_t *)meta;
         for (int r = 0; r < GROUP_ROWS; r++) {
             int32_t sum = 0;
             for (int k = 0; k < QK; k++) sum += packed_value(quants, r, k, m->type) * x[b].q[k];
             sum -= x[b].bias;
-            acc[r] = fmaf((float)sum, f16_to_f32(scales[r]) * x[b].scale, acc[r]);
+            acc[r] = fmaf((float)sum, packed_row_scale(meta, r, m->type) * x[b].scale, acc[r]);
             if (mins) acc[r] = fmaf(f16_to_f32(scales[GROUP_ROWS + r]), x[b].sum, acc[r]);
         }
     }
@@ -6005,6 +6138,12 @@ static inline __m512i iq4nl_table(void) {
     return _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
 }
 
+// mxfp4_values + 128 likewise.
+static inline __m512i mxfp4_table(void) {
+    __m128i values = _mm_loadu_si128((const __m128i *)mxfp4_values);
+    return _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
+}
+
 // Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
 static inline __attribute__((always_inline)) void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
     if (type == TYPE_Q8_0) {
@@ -6022,11 +6161,18 @@ static inline __attribute__((always_inline)) void load_group_block(__m512i w[8],
     }
     if (type == TYPE_IQ4_NL)
         for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(iq4nl_table(), w[j]);
+    if (type == TYPE_MXFP4)
+        for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(mxfp4_table(), w[j]);
 }
 
 // 16 fp16 values (a block's row scales, or its mins) as floats.
 static inline __m512 group_halves(const unsigned char *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+// A block's 16 row scales: fp16, MXFP4's floats.
+static inline __m512 group_scales(const unsigned char *p, int type) {
+    return type == TYPE_MXFP4 ? _mm512_loadu_ps(p) : group_halves(p);
 }
 
 // acc (16 rows) + one block's integer sums (sum): less the bias, times the
@@ -6065,7 +6211,7 @@ static inline __attribute__((always_inline)) void packed_tile_as(float *out, siz
             #pragma GCC unroll 8
             for (int t = 0; t < PACKED_TOKENS; t++)
                 sum[t] = _mm512_dpbusd_epi32(sum[t], w[j], _mm512_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * n_blocks + b].q + 4 * j)));
-        __m512 scales = group_halves(meta), row_mins = mins ? group_halves(meta + 2 * GROUP_ROWS) : scales;
+        __m512 scales = group_scales(meta, type), row_mins = mins ? group_halves(meta + 2 * GROUP_ROWS) : scales;
         #pragma GCC unroll 8
         for (int t = 0; t < PACKED_TOKENS; t++) acc[t] = group_block_end(acc[t], sum[t], scales, row_mins, x + (size_t)t * n_blocks + b, mins);
     }
@@ -6082,7 +6228,9 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
     case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q4_1, 1); break;
     case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q5_0, 0); break;
     case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_Q5_1, 1); break;
-    default: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_IQ4_NL, 0);
+    case TYPE_IQ4_NL: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_IQ4_NL, 0); break;
+    case TYPE_MXFP4: packed_tile_as(out, out_stride, m, g, x, n_rows, TYPE_MXFP4, 0); break;
+    default: no_packed_layout(m->type);
     }
 }
 
@@ -6105,7 +6253,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
             if (t == 0) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes, far);
             load_group_block(w, packed_quants(m, gb), m->type);
             for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)xb->q + 4 * j)));
-            acc = group_block_end(acc, sum, group_halves(meta), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
+            acc = group_block_end(acc, sum, group_scales(meta, m->type), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
         }
         _mm512_mask_storeu_ps(out + (size_t)t * out_stride, rows, acc);
     }
@@ -6118,8 +6266,8 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
    products into int16, saturating; madd then adds pairs of those into
    int32. So that no int16 saturates, the types stored as 4 or 5 bits sum
    a run of chunks in int16 before widening: 8 chunks of values up to 15
-   (at most 8 * 2 * 15 * 127 = 30480), 4 of values up to 31 (31496). Q8_0
-   and IQ4_NL, stored up to 255, are multiplied signed instead (the stored
+   (at most 8 * 2 * 15 * 127 = 30480), 4 of values up to 31 (31496). Q8_0,
+   IQ4_NL and MXFP4, stored up to 255, are multiplied signed instead (the stored
    value less 128) as |w| times x with w's sign: at most 2 * 128 * 127 =
    32512, widened at once, and with nothing to subtract for the offset
    (128 * sum(q), the bias). So the same integers as the VNNI kernels and
@@ -6133,14 +6281,19 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 // sums and int16 runs, with the chunk and x, fill the 16 registers.
 #define PACKED_TOKENS 2
 
-// Q8_0 and IQ4_NL without AVX-VNNI: the values multiplied signed (see above).
-static int packed_signed(int type) { return !HAVE_AVX_VNNI && (type == TYPE_Q8_0 || type == TYPE_IQ4_NL); }
+// Q8_0, IQ4_NL and MXFP4 without AVX-VNNI: the values multiplied signed (see above).
+static int packed_signed(int type) { return !HAVE_AVX_VNNI && (type == TYPE_Q8_0 || type == TYPE_IQ4_NL || type == TYPE_MXFP4); }
 
 // The IQ4 grid in each 16-byte lane, for a byte shuffle by index: signed
 // (IQ4_XS, and IQ4_NL without AVX-VNNI), or plus 128 (packed_offset).
 static inline __m256i iq4nl_signed8(void) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)); }
 static inline __m256i iq4nl_table8(void) {
     return HAVE_AVX_VNNI ? _mm256_xor_si256(iq4nl_signed8(), _mm256_set1_epi8((char)0x80)) : iq4nl_signed8();
+}
+// MXFP4's doubled E2M1 levels, likewise.
+static inline __m256i mxfp4_table8(void) {
+    __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_values));
+    return HAVE_AVX_VNNI ? _mm256_xor_si256(levels, _mm256_set1_epi8((char)0x80)) : levels;
 }
 
 // Bits `from`.. of each byte of v, moved to bits `to`.. and masked to
@@ -6171,6 +6324,7 @@ static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigne
     if (packed_fifth_bit(type)) // bit j of each byte to bit 4
         v = _mm256_or_si256(v, move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 256 + 32 * h)), j, 4, 0x10));
     if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(iq4nl_table8(), v);
+    if (type == TYPE_MXFP4) v = _mm256_shuffle_epi8(mxfp4_table8(), v);
     return v;
 }
 
@@ -6205,9 +6359,11 @@ static inline __attribute__((always_inline)) void packed_half_sums(__m256i *sum,
 
 // acc (rows 8h..8h+7) + one block's integer sums times the row scales and
 // x's, then (mins) the row mins times x's sum: packed_position_plain's
-// operations per lane.
-static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned char *meta, int h, const ActBlock *x, int mins) {
-    __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+// operations per lane. The scales are fp16, MXFP4's floats.
+static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned char *meta, int h, const ActBlock *x, int mins,
+                                     int type) {
+    __m256 scales = type == TYPE_MXFP4 ? _mm256_loadu_ps((const float *)meta + 8 * h)
+                                       : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scales, _mm256_set1_ps(x->scale)), acc);
     if (!mins) return acc;
     __m256 row_mins = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 2 * GROUP_ROWS + 16 * h)));
@@ -6232,7 +6388,7 @@ static inline __attribute__((always_inline)) void packed_tile_as(float *out, siz
         for (int h = 0; h < 2; h++) {
             __m256i sum[PACKED_TOKENS];
             packed_half_sums(sum, quants, h, x + b, (size_t)n_blocks, n_t, type);
-            for (int t = 0; t < n_t; t++) acc[h][t] = packed_half_end(acc[h][t], sum[t], meta, h, x + (size_t)t * n_blocks + b, mins);
+            for (int t = 0; t < n_t; t++) acc[h][t] = packed_half_end(acc[h][t], sum[t], meta, h, x + (size_t)t * n_blocks + b, mins, type);
         }
     }
     for (int t = 0; t < n_t; t++) {
@@ -6253,7 +6409,9 @@ static inline __attribute__((always_inline)) void packed_tile(float *out, size_t
     case TYPE_Q4_1: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q4_1, 1); return;
     case TYPE_Q5_0: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q5_0, 0); return;
     case TYPE_Q5_1: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_Q5_1, 1); return;
-    default: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_IQ4_NL, 0); return;
+    case TYPE_IQ4_NL: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_IQ4_NL, 0); return;
+    case TYPE_MXFP4: packed_tile_as(out, out_stride, m, g, x, n_t, n_rows, TYPE_MXFP4, 0); return;
+    default: no_packed_layout(m->type);
     }
 }
 
@@ -7868,6 +8026,25 @@ static void point_weights(TransformerWeights *w, const TensorStarts *t, const Co
     }
 }
 
+// Refuses an MXFP4 matrix of our format with a NaN scale (mxfp4_nan_block),
+// naming it as write_matrix does.
+static int runc_check_blocks(TransformerWeights *w, const Config *c, const char *path) {
+    static const char *const names[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
+    for (int i = -1; i <= 7 * c->n_layers; i++) { // -1: the embedding
+        const Matrix *m = i < 0 ? &w->token_embedding : model_matrix(w, c->n_layers, i);
+        if (m->type != TYPE_MXFP4) continue;
+        int64_t bad = mxfp4_nan_block(m->data, (uint64_t)m->rows * type_row_bytes(m->type, m->cols) / sizeof(BlockMXFP4));
+        if (bad < 0) continue;
+        const char *what = i < 0 ? "the token embedding" : i == 7 * c->n_layers ? "the classifier" : names[i % 7];
+        if (i >= 0 && i < 7 * c->n_layers)
+            return fail("%s: layer %d's %s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: "
+                        "the file is damaged, or its writer is broken", path, i / 7, what, (long long)bad);
+        return fail("%s: %s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: the file is "
+                    "damaged, or its writer is broken", path, what, (long long)bad);
+    }
+    return 0;
+}
+
 static int parse_header_v0(Config *c, const unsigned char *h, size_t size, const char *path) {
     if (size < V0_HEADER_SIZE)
         return fail("%s: %zu bytes is too small for a checkpoint header", path, size);
@@ -8302,8 +8479,8 @@ static int gguf_check_tensors(Gguf *g, const unsigned char *base, uint64_t align
             return fail("%s: truncated: tensor %.*s alone needs more than the file's %llu bytes", path,
                         (int)t->name_len, t->name, (unsigned long long)file_size);
         t->size = rows * row_bytes;
-        // data is read in place: F32 at multiples of 4, the others' blocks (16-bit fields) of 2
-        uint64_t natural = t->type == TYPE_F32 ? 4 : 2;
+        // data is read in place: F32 at multiples of 4, the others' blocks (16-bit fields) of 2, MXFP4's (bytes) anywhere
+        uint64_t natural = t->type == TYPE_F32 ? 4 : t->type == TYPE_MXFP4 ? 1 : 2;
         if (t->offset % alignment != 0 || ((uint64_t)(g->data - base) + t->offset) % natural != 0)
             return fail("%s: tensor %.*s is misaligned (offset %llu)", path, (int)t->name_len, t->name,
                         (unsigned long long)t->offset);
@@ -8415,6 +8592,15 @@ static const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
     return NULL;
 }
 
+// Refuses an MXFP4 tensor with a NaN scale (mxfp4_nan_block). Only the
+// tensors a model uses are read: a file serving as a vocabulary (-z) is not.
+static int gguf_check_blocks(const Gguf *g, const GgufTensor *t, const char *path) {
+    int64_t bad = t->type == TYPE_MXFP4 ? mxfp4_nan_block(g->data + t->offset, t->size / sizeof(BlockMXFP4)) : -1;
+    if (bad < 0) return 0;
+    return fail("%s: tensor %.*s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: the file "
+                "is damaged, or its writer is broken", path, (int)t->name_len, t->name, (long long)bad);
+}
+
 // Points *m at the tensor called name, which must be (rows, cols); NULL
 // m: a norm vector (cols), which must be F32.
 static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matrix *m, const float **vec,
@@ -8436,7 +8622,7 @@ static int gguf_weight(const Gguf *g, const char *name, int rows, int cols, Matr
     } else {
         *m = (Matrix){.data = g->data + t->offset, .type = (int)t->type, .rows = rows, .cols = cols};
     }
-    return 0;
+    return gguf_check_blocks(g, t, path);
 }
 
 // The architectures run.c computes, as data; what the tensors say (biases,
@@ -8711,6 +8897,7 @@ static int gguf_experts(const Gguf *g, int l, const char *suffix, int n_experts,
     if (!type_supported(t->type))
         return fail("%s: tensor %s has type %s (%u), which run.c does not compute with (it reads %s)", path, name,
                     type_name(t->type), t->type, supported_type_names());
+    if (gguf_check_blocks(g, t, path)) return -1;
     size_t slab = (size_t)rows * type_row_bytes((int)t->type, cols);
     for (int e = 0; e < n_experts; e++)
         out[3 * e] = (Matrix){.data = g->data + t->offset + e * slab, .type = (int)t->type, .rows = rows, .cols = cols};
@@ -9226,7 +9413,7 @@ static int load_weights(Transformer *t, const char *path) {
     if (runc) walk_runc(&walk, &starts, c);
     else walk_v0(&walk, &starts, c);
     point_weights(&t->weights, &starts, c, types);
-    return 0;
+    return runc_check_blocks(&t->weights, c, path);
 }
 
 // The checkpoint alone: its config (with a context of max_context
@@ -9919,8 +10106,9 @@ void usage(FILE *f) {
         "                             (default generate)\n"
         "      --dtype <type>         quantize mode, one type for every matrix: f32 | f16 | q8_0 |\n"
         "                             q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k | q4_k | q5_k | q6_k |\n"
-        "                             iq4_nl | iq4_xs; or a llama-quantize mix: q4_k_m | q5_k_m |\n"
-        "                             q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l | q4_k_s | q5_k_s\n"
+        "                             iq4_nl | iq4_xs | mxfp4; or a llama-quantize mix: q4_k_m |\n"
+        "                             q5_k_m | q3_k_m | q2_k_mix (its Q2_K) | q3_k_s | q3_k_l |\n"
+        "                             q4_k_s | q5_k_s\n"
         "  -c, --ctx-size <int>       context length: cap the model's to save KV-cache memory\n"
         "      --kv <type>            KV cache: f32 (exact, default) or f16 (half the memory)\n"
 #ifdef _OPENMP

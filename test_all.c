@@ -2139,7 +2139,7 @@ static void test_exp_row(void) {
    for tiles of positions (prefill), with 1 and 2 threads. */
 
 // The types with a packed layout.
-static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL,
+static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL, TYPE_MXFP4,
                                     TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
 enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
 
@@ -2161,7 +2161,7 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     uint16_t d, dmin;
     memcpy(&d, meta + 2 * r, 2);
     if (type_traits[m->type].block_size == QK) {
-        float value = f16_to_f32(d) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
+        float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
         if (!packed_mins(m->type)) return value;
         memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
         return value + f16_to_f32(dmin);
@@ -2200,7 +2200,7 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every value, scale and min (all 12 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
+    report("kernels: pack_matrix keeps every value, scale and min (all 13 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
            "%d values, %d off%s", checked, bad, where);
 }
 
@@ -2456,6 +2456,11 @@ static void set_block_value(void *row, int type, int b, int k, int v) {
         block->d = 0x3C00;
         for (q = 0; iq4nl_values[q] != v; q++) {}
         qs = block->qs;
+    } else if (type == TYPE_MXFP4) {
+        BlockMXFP4 *block = (BlockMXFP4 *)row + b;
+        block->e = 128; // the halved scale 1: values are the doubled levels
+        for (q = 0; mxfp4_values[q] != v; q++) {}
+        qs = block->qs;
     } else {
         BlockQ4_0 *block = (BlockQ4_0 *)row + b;
         block->d = 0x3C00;
@@ -2468,15 +2473,16 @@ static void set_block_value(void *row, int type, int b, int k, int v) {
 
 // The packed kernels at the ends of the integer ranges, all scales 1:
 // Q8_0 weights -128 (a file may hold it) or 127, Q4_0 nibbles 0 or 15,
-// Q5_0 values 0 or 31, IQ4_NL -127 or 113, activations -127 or 127. The
+// Q5_0 values 0 or 31, IQ4_NL -127 or 113, MXFP4 (doubled) -12 or 12,
+// activations -127 or 127. The
 // sums must be exact (float holds them): trials 1 and 2 take every weight
 // at one end and x at 127, the largest sums AVX2 adds in int16.
 static void test_packed_extremes(void) {
     enum { ROWS = 19, COLS = 3 * QK, TRIALS = 16 };
-    int types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q5_0, TYPE_IQ4_NL};
-    int lows[] = {-128, -8, -16, -127}, highs[] = {127, 7, 15, 113};
+    int types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q5_0, TYPE_IQ4_NL, TYPE_MXFP4};
+    int lows[] = {-128, -8, -16, -127, -12}, highs[] = {127, 7, 15, 113, 12};
     uint64_t rng = 23;
-    for (int ty = 0; ty < 4; ty++) {
+    for (int ty = 0; ty < 5; ty++) {
         int bad = 0;
         char where[128] = "";
         size_t row_bytes = type_row_bytes(types[ty], COLS);
@@ -2584,6 +2590,7 @@ static void unit_scales(void *block, int type) {
     case TYPE_Q6_K: ((BlockQ6_K *)block)->d = one; break;
     case TYPE_IQ4_NL: ((BlockIQ4_NL *)block)->d = one; break;
     case TYPE_IQ4_XS: ((BlockIQ4_XS *)block)->d = one; break;
+    case TYPE_MXFP4: ((BlockMXFP4 *)block)->e = 128; break; // E8M0 2^1, halved with the doubled levels: 1
     }
 }
 
@@ -2594,7 +2601,7 @@ static void unit_scales(void *block, int type) {
 static void test_dot_extremes_all(void) {
     enum { N = 2 * 256, TRIALS = 24 };
     static const int types[] = {TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K,
-                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS};
+                                TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS, TYPE_MXFP4};
     uint64_t rng = 17;
     for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]], *at = &type_traits[tt->act_type];
@@ -3044,6 +3051,7 @@ static void quality_case(QualityRun *runs, int n_runs, const char *case_dir, con
 static void test_quantized_quality(void) {
     QualityRun runs[] = {{.type = TYPE_Q8_0, .min_top1 = 0.985, .max_error = 5e-2},
                          {.type = TYPE_Q4_0, .min_top1 = 0.85, .max_error = 0.8},
+                         {.type = TYPE_MXFP4, .min_top1 = 0.82, .max_error = 0.8},
                          {.type = TYPE_Q6_K, .min_top1 = 0.95, .max_error = 0.2},
                          {.type = TYPE_Q4_K, .min_top1 = 0.85, .max_error = 0.8},
                          {.type = DTYPE_Q4_K_M, .min_top1 = 0.85, .max_error = 0.8}};
@@ -3086,7 +3094,159 @@ static void test_quantized_quality(void) {
     }
 }
 
+/* MXFP4 against the OCP microscaling definition, computed here from the
+   bits rather than from run.c's tables: a 4-bit E2M1 code is a sign bit,
+   two exponent bits (bias 1; 0: subnormal) and one mantissa bit; the
+   block's E8M0 byte e scales by 2^(e - 127). */
+
+// The value of E2M1 code c (0..15) from its bits, in double.
+static double e2m1_value(int c) {
+    int exponent = (c >> 1) & 3, mantissa = c & 1;
+    double magnitude = exponent == 0 ? 0.5 * mantissa : ldexp(1.0 + 0.5 * mantissa, exponent - 1);
+    return c & 8 ? -magnitude : magnitude;
+}
+
+// Hand-built blocks: every code at every position and scales across E8M0's
+// range (0 and 1 give subnormal floats, 254 overflows the top codes to
+// infinity), dequantized == code value * 2^(e - 127) rounded to float; the
+// plain dot against Q8_0 x == the same values times x's, summed in double.
+static void test_mxfp4_definition(void) {
+    static const int scales[] = {0, 1, 2, 3, 100, 126, 127, 128, 129, 200, 253, 254};
+    uint64_t rng = 59;
+    int checked = 0, bad = 0, bad_dot = 0;
+    char where[160] = "";
+    for (size_t s = 0; s < sizeof scales / sizeof scales[0]; s++)
+        for (int shift = 0; shift < 16; shift++) {
+            BlockMXFP4 block = {.e = (uint8_t)scales[s]};
+            int codes[32];
+            for (int k = 0; k < 32; k++) codes[k] = (k + shift) % 16; // each code at each position over the shifts
+            for (int j = 0; j < 16; j++) block.qs[j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
+            float out[32];
+            dequantize_mxfp4(out, &block, 32);
+            for (int k = 0; k < 32; k++, checked++) {
+                float want = (float)(e2m1_value(codes[k]) * ldexp(1.0, scales[s] - 127));
+                if (out[k] != want && !bad++) // (code 8, -0, is +0 as in ggml: equal)
+                    format_text(where, sizeof where, "; first: e %d code %d: %g, not %g", scales[s], codes[k], out[k], want);
+            }
+            if (scales[s] > 200) continue; // the dot below stays finite
+            BlockQ8_0 x = {.d = f32_to_f16(ldexp(1.0, (int)(next_random(&rng) % 9) - 12))};
+            double want = 0.0;
+            for (int k = 0; k < 32; k++) {
+                x.qs[k] = (int8_t)((int)(next_random(&rng) % 255) - 127);
+                want += e2m1_value(codes[k]) * ldexp(1.0, scales[s] - 127) * f16_to_f32(x.d) * x.qs[k];
+            }
+            float got = dot_mxfp4_plain(&block, &x, 32), fast = dot_mxfp4(&block, &x, 32);
+            // the integer sum is exact; the two scales' product may round when it is subnormal
+            double limit = fabs(want) * 1e-6 + ldexp(1.0, -149) * 32 * 12 * 127;
+            if ((fabs(got - want) > limit || memcmp(&got, &fast, sizeof got) != 0) && !bad_dot++)
+                format_text(where, sizeof where, "; dot off: e %d: %g (fast %g), not %g", scales[s], got, fast, want);
+        }
+    report("kernels: MXFP4 dequantize == E2M1 code value * 2^(e - 127) for every code, position and scale; its dots == their definition",
+           bad == 0 && bad_dot == 0, "%d values, %d off, %d dots off%s", checked, bad, bad_dot, where);
+}
+
+// The code the definition picks for x against the block's scale 2^(e - 127):
+// the nearest E2M1 value (all but the sign in double, exactly), a tie going
+// to the smaller magnitude; a value that rounds to zero is +0 (code 0).
+static int mxfp4_expected_code(float x, int e) {
+    double scaled = fabs((double)x) / ldexp(1.0, e - 127), best_err = INFINITY;
+    int best = 0;
+    for (int c = 0; c < 8; c++) { // magnitudes in increasing order: a strict < keeps the smaller on a tie
+        double err = fabs(e2m1_value(c) - scaled);
+        if (err < best_err) { best = c; best_err = err; }
+    }
+    return best != 0 && x < 0 ? best | 8 : best;
+}
+
+// quantize_mxfp4 == the definition of ggml's quantize_row_mxfp4_ref, written
+// here another way: e = floor(log2(amax)) - 2 + 127 with the exponent
+// taken from frexp (exact), each code by mxfp4_expected_code. Blocks of
+// random values over scales 2^-40..2^40, blocks whose values sit exactly
+// halfway between two levels, above the top level (6 to 8 times the
+// scale), signed zeros, an all-zero block, and one whose amax is exactly a
+// power of two.
+static void test_mxfp4_quantize(void) {
+    enum { BLOCKS = 400 };
+    static const float halfway[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 7.0f, 7.99f, 6.0f, 0.0f, -0.0f};
+    uint64_t rng = 61;
+    float x[32];
+    int checked = 0, bad = 0;
+    char where[160] = "";
+    for (int b = 0; b < BLOCKS; b++) {
+        if (b < 64) { // the halfway values (times -1 on odd blocks) at scale 2^(b - 32), with 6 making the top
+            for (int k = 0; k < 32; k++) x[k] = ldexpf(halfway[(k + b) % 12], b - 32) * (b % 2 ? -1.0f : 1.0f);
+            x[b % 32] = ldexpf(6.0f, b - 32);
+        } else if (b == 64 || b == 65) {
+            for (int k = 0; k < 32; k++) x[k] = b == 64 ? 0.0f : (k % 3) * 0.5f; // amax 1 exactly: e = 125
+        } else {
+            random_floats(&rng, x, 32);
+            float scale = ldexpf(1.0f, (int)(next_random(&rng) % 81) - 40);
+            for (int k = 0; k < 32; k++) x[k] *= scale;
+        }
+        BlockMXFP4 got;
+        quantize_mxfp4(&got, x, 32);
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) amax = fmaxf(amax, fabsf(x[k]));
+        int exponent = 0;
+        if (amax > 0.0f) frexpf(amax, &exponent); // amax = m * 2^exponent, m in [0.5, 1): floor(log2) = exponent - 1
+        int e = amax > 0.0f ? exponent - 1 - 2 + 127 : 0, bad_block = got.e != e;
+        for (int k = 0; k < 32; k++) {
+            int code = k < 16 ? got.qs[k] & 0xF : got.qs[k - 16] >> 4;
+            bad_block |= code != mxfp4_expected_code(x[k], e);
+        }
+        checked++;
+        if (bad_block && !bad++) format_text(where, sizeof where, "; first: block %d (amax %g): e %d, expected %d", b, amax, got.e, e);
+    }
+    report("kernels: MXFP4 quantize == the definition of ggml's quantize_row_mxfp4_ref (E8M0 exponent, nearest E2M1, ties down)",
+           bad == 0, "%d blocks, %d off%s", checked, bad, where);
+}
+
+// MXFP4 blocks llama-quantize wrote (SHARED's gpt-oss MXFP4 file, its
+// experts by ggml's quantize_row_mxfp4_ref): dequantize_mxfp4 then
+// quantize_mxfp4 gives every block back byte for byte (values on the grid
+// keep their scale: the largest lands at 4 or 6 times it, and each value
+// on a level), and none has the NaN scale.
+static void test_mxfp4_llama_quantize_blocks(void) {
+    const char *name = "kernels: llama-quantize's MXFP4 blocks (gpt-oss's experts) == quantize_mxfp4 of their values, every tensor";
+    char path[PATH_SIZE];
+    if (!data_path(path, "models/arch/gptoss_mxfp4.gguf")) { report(name, 0, "%s is missing", path); return; }
+    void *map = NULL;
+    size_t size = 0;
+    Gguf g;
+    if (map_file(path, &map, &size) != 0 || gguf_parse(&g, map, size, path) != 0) {
+        report(name, 0, "%s", error_message);
+        if (map && map != MAP_FAILED) unmap_file(map, size);
+        return;
+    }
+    int n = 0, differ = 0, bad_scales = 0;
+    size_t blocks = 0;
+    char first[200] = "";
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const GgufTensor *t = &g.tensors[i];
+        if (t->type != TYPE_MXFP4) continue;
+        const BlockMXFP4 *theirs = (const BlockMXFP4 *)(g.data + t->offset);
+        size_t n_blocks = t->size / sizeof(BlockMXFP4), b = 0;
+        n++;
+        bad_scales += mxfp4_nan_block(theirs, n_blocks) >= 0;
+        for (; b < n_blocks; b++, blocks++) {
+            float values[32];
+            BlockMXFP4 ours;
+            dequantize_mxfp4(values, &theirs[b], 32);
+            quantize_mxfp4(&ours, values, 32);
+            if (memcmp(&ours, &theirs[b], sizeof ours) != 0) break;
+        }
+        if (b < n_blocks && !differ++) format_text(first, sizeof first, "; first: %.*s block %zu", (int)t->name_len, t->name, b);
+    }
+    report(name, n > 0 && differ == 0 && bad_scales == 0, "%d tensors, %zu blocks, %d tensors differ, %d with a NaN scale%s", n, blocks,
+           differ, bad_scales, first);
+    gguf_free(&g);
+    unmap_file(map, size);
+}
+
 static void kernel_tests(void) {
+    test_mxfp4_definition();
+    test_mxfp4_quantize();
+    test_mxfp4_llama_quantize_blocks();
     test_matmul_fast_vs_plain();
     test_matmat_fast_vs_plain();
     test_row_kernels();
@@ -6545,6 +6705,80 @@ static void test_gguf_foreign(const char *v0_path, const GgufVocab *vocab) {
     cli_free(&r);
 }
 
+// MXFP4 tensors (type 39) in a GGUF written here: every matrix of the good
+// file quantized with quantize_mxfp4 in place. Its logits against the same
+// file with each matrix replaced by its MXFP4 values as F32 (the only
+// difference: x quantized to Q8_0 for the products), within the tolerance
+// of the shared files' 4-bit types against llama.cpp; -m quantize --dtype
+// mxfp4 of the F32 file writes the same blocks (logits bit for bit). A
+// block whose scale byte is 255 (E8M0's NaN), in either format, is refused
+// in one line naming the file and the matrix.
+static void test_gguf_mxfp4(const Buffer *good, const GgufMarks *m) {
+    const char *mx_path = "build/models/written-mxfp4.gguf", *ref_path = "build/models/written-mxfp4-as-f32.gguf";
+    const char *runc_path = "build/models/written-mxfp4.bin", *bad_path = "build/bad/mxfp4-nan-scale.gguf";
+    unsigned char *mx = malloc(good->len), *ref = malloc(good->len);
+    memcpy(mx, good->data, good->len);
+    memcpy(ref, good->data, good->len);
+    int converted = 0, v = tensor_index(m, "blk.1.attn_v.weight");
+    size_t v_bytes = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        int cols = (int)get_le32(good->data + m->n_dims_at[i] + 4), rows = (int)get_le32(good->data + m->n_dims_at[i] + 12);
+        if (get_le32(good->data + m->n_dims_at[i]) != 2 || cols % 32) continue; // the matrices
+        for (int r = 0; r < rows; r++) {
+            size_t at = m->data_start + m->offset[i];
+            float *row = (float *)(ref + at) + (size_t)r * cols; // the data are 64-byte aligned in the buffer
+            BlockMXFP4 *blocks = (BlockMXFP4 *)(mx + at) + (size_t)r * (cols / 32);
+            quantize_mxfp4(blocks, row, cols);
+            dequantize_mxfp4(row, blocks, cols);
+        }
+        if (i == v) v_bytes = (size_t)rows * (cols / 32) * sizeof(BlockMXFP4);
+        put_le32(mx + m->type_at[i], TYPE_MXFP4);
+        converted++;
+    }
+    save_file(mx_path, mx, good->len);
+    save_file(ref_path, ref, good->len);
+    LogitsDiff d;
+    const char *name = "GGUF with MXFP4 matrices: logits within 3e-2 of its MXFP4 values as F32";
+    if (compare_logits(mx_path, ref_path, 0, &d) != 0) report(name, 0, "%s", d.problem);
+    else report(name, converted >= 7 && d.worst <= 3e-2, "%d matrices, %d positions, worst %.2e x max|ref|, top-1 agrees at %d",
+                converted, d.positions, d.worst, d.top1_agree);
+
+    Transformer src;
+    name = "-m quantize --dtype mxfp4 writes the blocks quantize_mxfp4 gives: logits == the MXFP4 GGUF's bit for bit";
+    if (transformer_open_mapped(&src, ref_path, 0) != 0) report(name, 0, "%s", error_message);
+    else {
+        // from the F32 file of the MXFP4 values: quantizing them again gives the same blocks
+        int err = quantize_mode(&src, ref_path, runc_path, TYPE_MXFP4);
+        transformer_close(&src);
+        if (err) report(name, 0, "%s", error_message);
+        else expect_same_logits(name, runc_path, mx_path, 0);
+    }
+
+    struct { const char *label, *path, *what; } cases[] = {
+        {"GGUF", bad_path, "blk.1.attn_v.weight"}, {"our format", "build/bad/mxfp4-nan-scale.bin", "the classifier"}};
+    for (int c = 0; c < 2; c++) {
+        Bytes file;
+        if (c == 0) {
+            mx[m->data_start + m->offset[v] + v_bytes - sizeof(BlockMXFP4)] = 255; // the tensor's last block
+            save_file(bad_path, mx, good->len);
+        } else if (load_file(runc_path, &file) == 0) {
+            file.data[file.len - sizeof(BlockMXFP4)] = (char)255; // the classifier's last block ends the file
+            save_file(cases[c].path, file.data, file.len);
+            bytes_free(&file);
+        }
+        Transformer t;
+        int refused = transformer_open(&t, cases[c].path) != 0;
+        if (!refused) transformer_close(&t);
+        char label[160];
+        format_text(label, sizeof label, "%s: an MXFP4 block with scale byte 255 (NaN) is refused in one line naming the file and the matrix",
+                    cases[c].label);
+        report(label, refused && strstr(error_message, cases[c].path) && strstr(error_message, cases[c].what) &&
+               strstr(error_message, "255") && !strchr(error_message, '\n'), "%s", refused ? error_message : "accepted");
+    }
+    free(mx);
+    free(ref);
+}
+
 static void gguf_tests(void) {
     CliFiles f;
     char untied[PATH_SIZE], tied[PATH_SIZE], status[64], err[256];
@@ -6588,6 +6822,7 @@ static void gguf_tests(void) {
         expect_same_logits("GGUF version 2 written here loads; logits == the v0 file's bit for bit",
                            "build/models/written-v2.gguf", untied, 0);
         test_gguf_damage(&good, &m, 64);
+        test_gguf_mxfp4(&good, &m);
     }
     free(good.data);
     test_gguf_foreign(untied, &vocab);
