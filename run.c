@@ -5606,7 +5606,9 @@ static void swiglu_clamped(float *hb, const float *hb2, int n) {
 // 0.044715 g^3), as -2 sqrt(2/pi) g (1 + 0.044715 g^2).
 static void geglu(float *hb, const float *hb2, int n) {
     int i = 0;
+#if HAVE_AVX2 || HAVE_NEON // (AVX-512 builds have AVX2)
     const float a = -2.0f * 0.7978845608f, b = 0.044715f;
+#endif
 #if HAVE_AVX512
     for (; i + 16 <= n; i += 16) {
         __m512 g = _mm512_loadu_ps(hb + i);
@@ -10024,27 +10026,27 @@ typedef struct {
 } Flag;
 
 static const Flag cli_flags[N_FLAGS] = {
-    [FLAG_TEMP] = {"-t", "--temp", MODES_SAMPLING},
-    [FLAG_TOP_P] = {"-p", "--top-p", MODES_SAMPLING},
-    [FLAG_TOP_K] = {"-k", "--top-k", MODES_SAMPLING},
-    [FLAG_MIN_P] = {NULL, "--min-p", MODES_SAMPLING},
-    [FLAG_REPEAT_PENALTY] = {NULL, "--repeat-penalty", MODES_SAMPLING},
-    [FLAG_REPEAT_LAST_N] = {NULL, "--repeat-last-n", MODES_SAMPLING},
-    [FLAG_SEED] = {"-s", "--seed", MODES_SAMPLING},
-    [FLAG_STEPS] = {"-n", NULL, MODES_SAMPLING},
-    [FLAG_CONTEXT] = {"-c", "--ctx-size", MODES_FORWARD},
-    [FLAG_PROMPT] = {"-i", "--prompt", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE},
-    [FLAG_FILE] = {"-f", "--file", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE | MODE_LOGITS},
-    [FLAG_TOKENIZER] = {"-z", NULL, MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE},
-    [FLAG_MODE] = {"-m", NULL, MODES_ALL},
-    [FLAG_SYSTEM] = {"-y", "--system-prompt", MODE_CHAT},
-    [FLAG_OUTPUT] = {"-o", NULL, MODE_LOGITS | MODE_QUANTIZE},
-    [FLAG_DTYPE] = {NULL, "--dtype", MODE_QUANTIZE},
-    [FLAG_TRACE] = {NULL, "--trace", MODES_FORWARD & ~MODE_BENCH},
-    [FLAG_KV] = {NULL, "--kv", MODES_FORWARD},
-    [FLAG_THREADS] = {NULL, "--threads", MODES_ALL},
-    [FLAG_CHAT_TEMPLATE] = {NULL, "--chat-template", MODE_CHAT},
-    [FLAG_REASONING] = {NULL, "--reasoning", MODE_CHAT},
+    [FLAG_TEMP] = {"-t", "--temp", MODES_SAMPLING, 0},
+    [FLAG_TOP_P] = {"-p", "--top-p", MODES_SAMPLING, 0},
+    [FLAG_TOP_K] = {"-k", "--top-k", MODES_SAMPLING, 0},
+    [FLAG_MIN_P] = {NULL, "--min-p", MODES_SAMPLING, 0},
+    [FLAG_REPEAT_PENALTY] = {NULL, "--repeat-penalty", MODES_SAMPLING, 0},
+    [FLAG_REPEAT_LAST_N] = {NULL, "--repeat-last-n", MODES_SAMPLING, 0},
+    [FLAG_SEED] = {"-s", "--seed", MODES_SAMPLING, 0},
+    [FLAG_STEPS] = {"-n", NULL, MODES_SAMPLING, 0},
+    [FLAG_CONTEXT] = {"-c", "--ctx-size", MODES_FORWARD, 0},
+    [FLAG_PROMPT] = {"-i", "--prompt", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE, 0},
+    [FLAG_FILE] = {"-f", "--file", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE | MODE_LOGITS, 0},
+    [FLAG_TOKENIZER] = {"-z", NULL, MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE, 0},
+    [FLAG_MODE] = {"-m", NULL, MODES_ALL, 0},
+    [FLAG_SYSTEM] = {"-y", "--system-prompt", MODE_CHAT, 0},
+    [FLAG_OUTPUT] = {"-o", NULL, MODE_LOGITS | MODE_QUANTIZE, 0},
+    [FLAG_DTYPE] = {NULL, "--dtype", MODE_QUANTIZE, 0},
+    [FLAG_TRACE] = {NULL, "--trace", MODES_FORWARD & ~MODE_BENCH, 0},
+    [FLAG_KV] = {NULL, "--kv", MODES_FORWARD, 0},
+    [FLAG_THREADS] = {NULL, "--threads", MODES_ALL, 0},
+    [FLAG_CHAT_TEMPLATE] = {NULL, "--chat-template", MODE_CHAT, 0},
+    [FLAG_REASONING] = {NULL, "--reasoning", MODE_CHAT, 0},
     [FLAG_HIDE_REASONING] = {NULL, "--hide-reasoning", MODE_CHAT, 1},
 };
 

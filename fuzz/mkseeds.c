@@ -379,6 +379,107 @@ static void gguf_seeds(void) {
     save_buf("gguf", "vocab-only.gguf", vocab_only);
 }
 
+// A 3-D tensor of n experts' (rows, cols) matrices, F32.
+static void g_tensor_3d(Gguf *g, const char *name, int n, int rows, int cols) {
+    pad_to(&g->data, g->alignment);
+    g_str(&g->info, name);
+    put_u32(&g->info, 3);
+    put_u64(&g->info, (uint64_t)cols);
+    put_u64(&g->info, (uint64_t)rows);
+    put_u64(&g->info, (uint64_t)n);
+    put_u32(&g->info, F32);
+    put_u64(&g->info, g->data.n);
+    float *x = random_floats((size_t)n * rows * cols, 0.0f);
+    put_matrix(&g->data, x, n * rows, cols, F32);
+    free(x);
+    g->n_tensors++;
+}
+
+// ARCH.suffix into key.
+static const char *arch_key(char *key, const char *arch, const char *suffix) {
+    sprintf(key, "%s.%s", arch, suffix);
+    return key;
+}
+
+// The keys every architecture has: dim 8, heads of 8 (key_length), ctx 16.
+static void g_arch(Gguf *g, const char *arch, int layers, int heads, int kv_heads, int hidden) {
+    char key[96];
+    kv_str(g, "general.architecture", arch);
+    kv_u32(g, arch_key(key, arch, "context_length"), 16);
+    kv_u32(g, arch_key(key, arch, "embedding_length"), 8);
+    kv_u32(g, arch_key(key, arch, "block_count"), (uint32_t)layers);
+    kv_u32(g, arch_key(key, arch, "feed_forward_length"), (uint32_t)hidden);
+    kv_u32(g, arch_key(key, arch, "attention.head_count"), (uint32_t)heads);
+    kv_u32(g, arch_key(key, arch, "attention.head_count_kv"), (uint32_t)kv_heads);
+    kv_u32(g, arch_key(key, arch, "attention.key_length"), 8);
+    kv_u32(g, arch_key(key, arch, "attention.value_length"), 8);
+    kv_f32(g, arch_key(key, arch, "attention.layer_norm_rms_epsilon"), 1e-6f);
+    kv_vocab(g, G_I32);
+}
+
+// Gemma 3 (sliding windows on two layers of three, q/k norms, post-norms,
+// a logit soft cap) and gpt-oss (sinks, biases, experts, YaRN) at a
+// fuzzer's size, so that the fuzzer mutates their keys and tensors.
+static void arch_seeds(void) {
+    char name[64];
+    Gguf g = {.alignment = 32};
+    g_arch(&g, "gemma3", 3, 2, 1, 16);
+    kv_u32(&g, "gemma3.attention.sliding_window", 4);
+    kv_u32(&g, "gemma3.attention.sliding_window_pattern", 3);
+    kv_f32(&g, "gemma3.rope.freq_base", 1e6f);
+    kv_f32(&g, "gemma3.rope.freq_base_swa", 1e4f);
+    kv_f32(&g, "gemma3.final_logit_softcapping", 30.0f);
+    kv_bool(&g, "tokenizer.ggml.add_space_prefix", 0);
+    g_tensor(&g, "token_embd.weight", VOCAB, 8, F32);
+    for (int l = 0; l < 3; l++) {
+        struct { const char *suffix; int rows, cols; } t[] = {
+            {"attn_norm", 1, 8}, {"attn_q", 16, 8}, {"attn_k", 8, 8}, {"attn_v", 8, 8}, {"attn_output", 8, 16},
+            {"attn_q_norm", 1, 8}, {"attn_k_norm", 1, 8}, {"post_attention_norm", 1, 8}, {"ffn_norm", 1, 8},
+            {"ffn_gate", 16, 8}, {"ffn_up", 16, 8}, {"ffn_down", 8, 16}, {"post_ffw_norm", 1, 8},
+        };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, t[i].suffix);
+            g_tensor(&g, name, t[i].rows, t[i].cols, F32);
+        }
+    }
+    g_tensor(&g, "output_norm.weight", 1, 8, F32);
+    save_buf("gguf", "gemma3.gguf", g_finish(&g));
+
+    g = (Gguf){.alignment = 32};
+    g_arch(&g, "gpt-oss", 2, 2, 1, 16);
+    kv_u32(&g, "gpt-oss.expert_count", 4);
+    kv_u32(&g, "gpt-oss.expert_used_count", 2);
+    kv_u32(&g, "gpt-oss.expert_feed_forward_length", 8);
+    kv_u32(&g, "gpt-oss.attention.sliding_window", 4);
+    kv_f32(&g, "gpt-oss.rope.freq_base", 150000.0f);
+    kv_str(&g, "gpt-oss.rope.scaling.type", "yarn");
+    kv_f32(&g, "gpt-oss.rope.scaling.factor", 4.0f);
+    kv_u32(&g, "gpt-oss.rope.scaling.original_context_length", 8);
+    g_tensor(&g, "token_embd.weight", VOCAB, 8, F32);
+    for (int l = 0; l < 2; l++) {
+        struct { const char *suffix; int rows, cols; } t[] = {
+            {"attn_norm.weight", 1, 8}, {"attn_q.weight", 16, 8}, {"attn_k.weight", 8, 8}, {"attn_v.weight", 8, 8},
+            {"attn_output.weight", 8, 16}, {"attn_q.bias", 1, 16}, {"attn_k.bias", 1, 8}, {"attn_v.bias", 1, 8},
+            {"attn_output.bias", 1, 8}, {"attn_sinks.weight", 1, 2}, {"post_attention_norm.weight", 1, 8},
+            {"ffn_gate_inp.weight", 4, 8}, {"ffn_gate_inp.bias", 1, 4}, {"ffn_gate_exps.bias", 4, 8},
+            {"ffn_up_exps.bias", 4, 8}, {"ffn_down_exps.bias", 4, 8},
+        };
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, t[i].suffix);
+            g_tensor(&g, name, t[i].rows, t[i].cols, F32);
+        }
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+        g_tensor_3d(&g, name, 4, 8, 8);
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+        g_tensor_3d(&g, name, 4, 8, 8);
+        snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+        g_tensor_3d(&g, name, 4, 8, 8);
+    }
+    g_tensor(&g, "output_norm.weight", 1, 8, F32);
+    g_tensor(&g, "output.weight", VOCAB, 8, F32);
+    save_buf("gguf", "gpt-oss.gguf", g_finish(&g));
+}
+
 /* ---- texts and command lines ---- */
 
 // A seed of a text target: a flag byte, then the text.
@@ -485,5 +586,6 @@ int main(int argc, char **argv) {
     gguf_seeds();
     text_seeds();
     sampler_seeds();
+    arch_seeds(); // last: the seeds before keep their random numbers
     return 0;
 }
