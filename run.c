@@ -682,9 +682,11 @@ static void rope_rows(RunState *s, const Config *c, int n, int table) {
     }
 }
 
-// The experts each of n positions runs, from the router's scores of s->xb:
-// softmax over all experts, the top n_experts_used, their probabilities
-// divided by their sum (as llama.cpp routes Mixtral and Qwen3-MoE).
+// The experts each of n positions runs, from the router's scores of s->xb
+// (plus its bias, gpt-oss): softmax over all experts, the top
+// n_experts_used, their probabilities divided by their sum (as llama.cpp
+// routes Mixtral and Qwen3-MoE; gpt-oss's softmax over the top k's scores
+// is the same weights).
 static void route(Transformer *t, const LayerWeights *lw, int n) {
     const Config *c = &t->config;
     RunState *s = &t->state;
