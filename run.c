@@ -9245,10 +9245,12 @@ static void add_eog(Tokenizer *tk, int64_t id) {
 // The end-of-generation tokens besides EOS, as llama.cpp finds them: the
 // EOT and EOM ids the file names, and every token spelled as one of the
 // end-of-turn markers models use (Llama 3's <|eot_id|> and <|end_of_text|>,
-// ChatML's <|im_end|>, Qwen's <|endoftext|>, ...).
+// ChatML's <|im_end|>, Qwen's <|endoftext|>, harmony's <|return|> and
+// <|call|>, ...). In harmony (gpt-oss) <|end|> ends a message, not the
+// reply: with <|return|> and <|call|> there, it is not one of them.
 static void gguf_eog(Tokenizer *tk, const Gguf *g) {
     static const char *const markers[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                                          "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+                                          "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<|return|>", "<|call|>"};
     int64_t id;
     if (gguf_int(g, "tokenizer.ggml.eot_token_id", -1, &id) == 0) add_eog(tk, id);
     if (gguf_int(g, "tokenizer.ggml.eom_token_id", -1, &id) == 0) add_eog(tk, id);
@@ -9256,6 +9258,10 @@ static void gguf_eog(Tokenizer *tk, const Gguf *g) {
         for (size_t m = 0; m < sizeof markers / sizeof *markers; m++)
             if (tk->vocab[i][0] == '<' || tk->vocab[i][0] == '_')
                 if (!strcmp(tk->vocab[i], markers[m])) add_eog(tk, i);
+    int end = token_spelled(tk, "<|end|>");
+    if (end < 0 || token_spelled(tk, "<|return|>") < 0 || token_spelled(tk, "<|call|>") < 0) return;
+    for (int i = 0; i < tk->n_eog; i++)
+        if (tk->eog[i] == end) tk->eog[i] = tk->eog[--tk->n_eog];
 }
 
 // The vocabulary of a GGUF file: SentencePiece or byte-level BPE.

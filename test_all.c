@@ -7662,6 +7662,10 @@ static void eog_tests(void) {
     static const char *const qwen2_go[] = {"<|im_start|>", "\"", "Hello", NULL}; // '"' is id 1, a BOS default
     test_eog_tokens("llama3_", llama3_stop, llama3_go);
     test_eog_tokens("qwen2_", qwen2_stop, qwen2_go);
+    // harmony: <|end|> ends a message (the analysis), not the reply
+    static const char *const harmony_stop[] = {"<|return|>", "<|call|>", NULL};
+    static const char *const harmony_go[] = {"<|end|>", "<|start|>", "<|channel|>", "<|message|>", "Hello", NULL};
+    test_eog_tokens("o200k_", harmony_stop, harmony_go);
     test_generation_stops_at_eog();
     test_generate_echoes_prompt();
     test_generate_empty_prompt_no_bos();
