@@ -7459,6 +7459,20 @@ static int patch_gguf(const char *src, const char *dst, const char *from, const 
     return err;
 }
 
+// ./run PATH -n 4 refuses the file in one line that names it and says
+// word, with status 1 and nothing on stdout; the file is removed after.
+static void expect_gguf_refused(const char *name, const char *path, const char *word) {
+    char status[64], err[256];
+    CliResult r;
+    cli(&r, path, "-n", "4", NULL);
+    report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
+                     strstr(r.err.data, word),
+           "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
+           quoted(r.err.data, r.err.len, err, sizeof err), word);
+    cli_free(&r);
+    remove(path);
+}
+
 // GGUF files that run.c must not compute with, although every tensor it
 // reads is there, are refused in one line that says why: a split model's
 // part, a mixture of experts, a head size of its own, a key or a tensor
@@ -7477,22 +7491,15 @@ static void test_gguf_not_computed(void) {
         {"a tensor run.c would not read", NULL, "output.scales", 0, 0, "output.weight", "output.scales"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char name[160], path[PATH_SIZE], status[64], err[256];
+        char name[160], path[PATH_SIZE];
         format_text(name, sizeof name, "bad GGUF: %s is refused, saying so", cases[i].label);
         format_text(path, sizeof path, "build/bad/not-computed-%zu.gguf", i);
         GgufEntry e = {cases[i].key, cases[i].type, NULL, cases[i].value};
         int made = cases[i].key ? add_gguf_values(src, path, &e, 1)
                  : cases[i].from ? patch_gguf(src, path, cases[i].from, cases[i].to, NULL, 0)
                                  : patch_gguf(src, path, NULL, NULL, "llama.block_count", cases[i].value);
-        if (made != 0) { report(name, 0, "cannot write %s", path); continue; }
-        CliResult r;
-        cli(&r, path, "-n", "4", NULL);
-        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
-                         strstr(r.err.data, cases[i].word),
-               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
-               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
-        cli_free(&r);
-        remove(path);
+        if (made != 0) report(name, 0, "cannot write %s", path);
+        else expect_gguf_refused(name, path, cases[i].word);
     }
 }
 
@@ -9386,21 +9393,14 @@ static void test_gptoss_refusals(void) {
         {"no sliding window", "sliding_window is missing"},
     };
     for (int i = 0; i < 3; i++) {
-        char name[160], path[PATH_SIZE], status[64], err[256];
+        char name[160], path[PATH_SIZE];
         format_text(name, sizeof name, "bad GGUF: gpt-oss with %s is refused in one line", cases[i].label);
         format_text(path, sizeof path, "build/bad/gptoss-%d.gguf", i);
         int made = i == 0 ? patch_gguf_dim(src, path, "blk.2.attn_sinks.weight", 3)
                  : i == 1 ? patch_gguf(src, path, NULL, NULL, "gpt-oss.attention.sliding_window", 0)
                           : patch_gguf(src, path, "gpt-oss.attention.sliding_window", "gpt-oss.attention.sliding_windoX", NULL, 0);
-        if (made != 0) { report(name, 0, "cannot write %s", path); continue; }
-        CliResult r;
-        cli(&r, path, "-n", "4", NULL);
-        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
-                         strstr(r.err.data, cases[i].word),
-               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
-               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
-        cli_free(&r);
-        remove(path);
+        if (made != 0) report(name, 0, "cannot write %s", path);
+        else expect_gguf_refused(name, path, cases[i].word);
     }
 }
 
@@ -9419,22 +9419,13 @@ static void test_gemma_refusals(void) {
         {"a missing post-FFN norm", NULL, NULL, 0, "blk.3.post_ffw_norm.weight", "blk.3.post_ffw_norm.wexght", "post_ffw_norm"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char name[160], path[PATH_SIZE], status[64], err[256];
+        char name[160], path[PATH_SIZE];
         format_text(name, sizeof name, "bad GGUF: Gemma 3 with %s is refused in one line", cases[i].label);
         format_text(path, sizeof path, "build/bad/gemma3-%zu.gguf", i);
         if (patch_gguf(src, path, cases[i].from, cases[i].to, cases[i].key, cases[i].value) != 0 ||
-            (cases[i].key2 && patch_gguf(path, path, NULL, NULL, cases[i].key2, cases[i].value) != 0)) {
+            (cases[i].key2 && patch_gguf(path, path, NULL, NULL, cases[i].key2, cases[i].value) != 0))
             report(name, 0, "cannot write %s", path);
-            continue;
-        }
-        CliResult r;
-        cli(&r, path, "-n", "4", NULL);
-        report(name, r.status == 1 && r.out.len == 0 && count_lines(&r.err) == 1 && strstr(r.err.data, path) &&
-                         strstr(r.err.data, cases[i].word),
-               "%s, stderr %s (must say \"%s\")", status_text(r.status, status, sizeof status),
-               quoted(r.err.data, r.err.len, err, sizeof err), cases[i].word);
-        cli_free(&r);
-        remove(path);
+        else expect_gguf_refused(name, path, cases[i].word);
     }
 }
 
