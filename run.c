@@ -9487,25 +9487,44 @@ static int write_floats(FILE *f, const float *x, int n) {
 // its own, so the bytes written do not depend on the thread count.
 enum { WRITE_ROWS = 64 };
 
-// rows: room for WRITE_ROWS rows of m's floats; out: for as many in type.
-// name: the matrix, for the message when a weight is not finite.
-static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigned char *out, const char *name, int layer) {
-    size_t bytes = type_row_bytes(type, m->cols);
-    for (int i = 0; i < m->rows; i += WRITE_ROWS) {
-        int n = m->rows - i < WRITE_ROWS ? m->rows - i : WRITE_ROWS, bad = 0;
+// Where a written tensor's values come from: row r of it as cols floats.
+typedef void (*RowSource)(float *row, int64_t r, int cols, const void *from);
+
+static void matrix_rows(float *row, int64_t r, int cols, const void *from) {
+    (void)cols;
+    dequantize_row(row, from, (int)r);
+}
+
+// Writes n_rows rows of cols values from source, rounded into type; rows:
+// room for WRITE_ROWS rows of floats, out: for as many rows in type. what:
+// the tensor, for the message when a weight is not finite.
+static int write_rows(FILE *f, int64_t n_rows, int cols, int type, RowSource source, const void *from, float *rows,
+                      unsigned char *out, const char *what) {
+    size_t bytes = type_row_bytes(type, cols);
+    for (int64_t i = 0; i < n_rows; i += WRITE_ROWS) {
+        int n = n_rows - i < WRITE_ROWS ? (int)(n_rows - i) : WRITE_ROWS, bad = 0;
 #pragma omp parallel for reduction(| : bad)
         for (int r = 0; r < n; r++) {
-            float *row = rows + (size_t)r * m->cols;
-            dequantize_row(row, m, i + r);
-            bad |= quantize_row(out + (size_t)r * bytes, row, m->cols, type) != 0;
+            float *row = rows + (size_t)r * cols;
+            source(row, i + r, cols, from);
+            bad |= quantize_row(out + (size_t)r * bytes, row, cols, type) != 0;
         }
-        if (bad && layer >= 0)
-            return fail("layer %d's %s has a weight that is not finite (NaN or infinity) in rows %d-%d", layer, name, i, i + n - 1);
-        if (bad) return fail("%s has a weight that is not finite (NaN or infinity) in rows %d-%d", name, i, i + n - 1);
+        if (bad)
+            return fail("%s has a weight that is not finite (NaN or infinity) in rows %lld-%lld", what, (long long)i,
+                        (long long)(i + n - 1));
         if (fwrite(out, 1, (size_t)n * bytes, f) != (size_t)n * bytes) return fail("write failed: %s", strerror(errno));
         if (interrupted) return fail("interrupted (Ctrl-C); nothing written");
     }
     return 0;
+}
+
+// name: the matrix, as messages call it ("wq" of layer, or "the classifier"
+// when layer < 0).
+static int write_matrix(FILE *f, const Matrix *m, int type, float *rows, unsigned char *out, const char *name, int layer) {
+    char what[64];
+    if (layer >= 0) snprintf(what, sizeof what, "layer %d's %s", layer, name);
+    else snprintf(what, sizeof what, "%s", name);
+    return write_rows(f, m->rows, m->cols, type, matrix_rows, m, rows, out, what);
 }
 
 // The tensors of our format, in order (README), each aligned; types[i]:
@@ -9539,42 +9558,22 @@ static void put_i32(unsigned char *p, int32_t v) {
 }
 
 /* llama-quantize's mixes: what it writes by default (no --pure, no
-   importance matrix) for "Q2_K", "Q3_K_S", ..., "Q5_K_M", from llama.cpp's
-   llama_tensor_get_type for a dense llama model (not Falcon, no experts).
-   Each starts from its base type (Q4_K for Q4_K_M) and then, per tensor:
-   - the classifier (output.weight, or token_embd.weight when the classifier
-     is shared): Q6_K;
-   - attn_v of layer i:  Q2_K: Q4_K if n_heads / n_kv_heads >= 4, else Q3_K;
-     Q3_K_M: Q5_K for i < 2, else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < 4;
-     Q4_K_M, Q5_K_M: Q6_K if use_more_bits(i, n_layers); then, in a 70B
-     model (80 layers with grouped-query attention), Q3_K or Q4_K -> Q5_K;
-   - ffn_down of layer i: Q2_K: Q3_K; Q3_K_M: Q5_K for i < n_layers / 16,
-     else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < n_layers / 8; Q4_K_M,
-     Q5_K_M: Q6_K if use_more_bits(i, n_layers);
-   - attn_output: Q2_K: Q3_K; Q3_K_M: Q4_K; Q3_K_L: Q5_K;
-   - everything else (attn_q, attn_k, ffn_gate, ffn_up, and token_embd when
-     the classifier is separate): the base type;
-   - rows that are not whole super-blocks of 256 fall back: Q2_K and Q3_K
-     -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when not
-     whole blocks of 32 either.
-   use_more_bits picks the first and last eighth of the layers and every
-   third layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2:
-   layer 1). Checked against the shared k256 files of Q2_K, Q3_K_M, Q4_K_M
-   and Q5_K_M, block for block. A --dtype beyond the type ids names a mix;
-   "q2_k" is GGUF's type alone (llama-quantize --pure), "q2_k_mix" the mix. */
+   importance matrix) for "Q2_K", "Q3_K_S", ..., "Q5_K_M", "MXFP4_MOE". */
 enum { DTYPE_Q2_K_MIX = TYPE_COUNT, DTYPE_Q3_K_S, DTYPE_Q3_K_M, DTYPE_Q3_K_L, DTYPE_Q4_K_S, DTYPE_Q4_K_M,
-       DTYPE_Q5_K_S, DTYPE_Q5_K_M, DTYPE_END };
+       DTYPE_Q5_K_S, DTYPE_Q5_K_M, DTYPE_MXFP4_MOE, DTYPE_END };
 
 typedef struct {
     const char *flag; // its --dtype
     const char *name; // llama-quantize's
     int base;         // TYPE_*: the type of most matrices
+    int file_type;    // GGUF's general.file_type (llama.cpp's LLAMA_FTYPE_*)
 } Mix;
 
 static const Mix mixes[DTYPE_END - TYPE_COUNT] = {
-    {"q2_k_mix", "Q2_K", TYPE_Q2_K}, {"q3_k_s", "Q3_K_S", TYPE_Q3_K}, {"q3_k_m", "Q3_K_M", TYPE_Q3_K},
-    {"q3_k_l", "Q3_K_L", TYPE_Q3_K}, {"q4_k_s", "Q4_K_S", TYPE_Q4_K}, {"q4_k_m", "Q4_K_M", TYPE_Q4_K},
-    {"q5_k_s", "Q5_K_S", TYPE_Q5_K}, {"q5_k_m", "Q5_K_M", TYPE_Q5_K},
+    {"q2_k_mix", "Q2_K", TYPE_Q2_K, 10}, {"q3_k_s", "Q3_K_S", TYPE_Q3_K, 11}, {"q3_k_m", "Q3_K_M", TYPE_Q3_K, 12},
+    {"q3_k_l", "Q3_K_L", TYPE_Q3_K, 13}, {"q4_k_s", "Q4_K_S", TYPE_Q4_K, 14}, {"q4_k_m", "Q4_K_M", TYPE_Q4_K, 15},
+    {"q5_k_s", "Q5_K_S", TYPE_Q5_K, 16}, {"q5_k_m", "Q5_K_M", TYPE_Q5_K, 17},
+    {"mxfp4_moe", "MXFP4_MOE", TYPE_MXFP4, 38}, // experts MXFP4, every other matrix Q8_0
 };
 
 static int is_mix(int dtype) { return dtype >= TYPE_COUNT && dtype < DTYPE_END; }
@@ -9584,22 +9583,87 @@ static const char *dtype_name(int dtype) {
     return is_mix(dtype) ? mixes[dtype - TYPE_COUNT].name : type_name((uint32_t)dtype);
 }
 
+// general.file_type of a file quantized to dtype: the mix's, or for one type
+// what llama-quantize --pure writes for it (its name for a K type is the _M
+// mix's); -1 for a type llama.cpp has no file type for.
+static int dtype_file_type(int dtype) {
+    static const int pure[][2] = {{TYPE_F32, 0}, {TYPE_F16, 1}, {TYPE_Q4_0, 2}, {TYPE_Q4_1, 3}, {TYPE_Q8_0, 7},
+                                  {TYPE_Q5_0, 8}, {TYPE_Q5_1, 9}, {TYPE_Q2_K, 10}, {TYPE_Q3_K, 12}, {TYPE_Q4_K, 15},
+                                  {TYPE_Q5_K, 17}, {TYPE_Q6_K, 18}, {TYPE_IQ4_NL, 25}, {TYPE_IQ4_XS, 30},
+                                  {TYPE_BF16, 32}, {TYPE_MXFP4, 38}};
+    if (is_mix(dtype)) return mixes[dtype - TYPE_COUNT].file_type;
+    for (size_t i = 0; i < sizeof pure / sizeof pure[0]; i++)
+        if (pure[i][0] == dtype) return pure[i][1];
+    return -1;
+}
+
 static int use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// A mix's type for attn_v, attn_output or ffn_down (part 2, 3, 5) of layer i.
-static int mix_part_type(int dtype, const Config *c, int part, int i) {
-    int L = c->n_layers, type = mixes[dtype - TYPE_COUNT].base, many = dtype == DTYPE_Q4_K_M || dtype == DTYPE_Q5_K_M;
-    if (part == 2) { // attn_v
-        if (dtype == DTYPE_Q2_K_MIX) type = c->n_heads / c->n_kv_heads >= 4 ? TYPE_Q4_K : TYPE_Q3_K;
+// llama-quantize's tensor categories, found by name as its tensor_get_category does.
+enum { CAT_OTHER, CAT_TOKEN_EMBD, CAT_OUTPUT, CAT_ATTN_Q, CAT_ATTN_K, CAT_ATTN_V, CAT_ATTN_OUTPUT, CAT_FFN_UP,
+       CAT_FFN_GATE, CAT_FFN_DOWN };
+
+static int tensor_category(const char *name) {
+    static const struct { const char *part; int category; } parts[] = {
+        {"attn_v.weight", CAT_ATTN_V}, {"attn_k.weight", CAT_ATTN_K}, {"attn_q.weight", CAT_ATTN_Q},
+        {"attn_output.weight", CAT_ATTN_OUTPUT}, {"ffn_up", CAT_FFN_UP}, {"ffn_gate", CAT_FFN_GATE},
+        {"ffn_down", CAT_FFN_DOWN}};
+    if (!strcmp(name, "output.weight")) return CAT_OUTPUT;
+    if (!strcmp(name, "token_embd.weight")) return CAT_TOKEN_EMBD;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (strstr(name, parts[i].part)) return parts[i].category;
+    return CAT_OTHER;
+}
+
+// What the mixes' rules read of a model.
+typedef struct {
+    int n_layers, n_heads, n_kv_heads, n_experts;
+    int tied; // no output.weight: token_embd is the classifier too
+} QuantShape;
+
+/* A mix's type for a tensor, as llama-quantize's llama_tensor_get_type
+   chooses it (llama.cpp, 2026) before the fallback for row lengths:
+   - the classifier (output.weight, or token_embd.weight when tied): Q6_K
+     (Q8_0 where rows are not whole blocks of the base type);
+   - attn_v of layer i:  Q2_K: Q4_K if n_heads / n_kv_heads >= 4, else Q3_K;
+     Q3_K_M: Q5_K for i < 2, else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < 4;
+     Q4_K_M, Q5_K_M: Q6_K if use_more_bits(i, n_layers); then, in a 70B
+     model (80 layers with grouped-query attention), Q3_K or Q4_K -> Q5_K;
+   - ffn_down of layer i: Q2_K: Q3_K; Q3_K_M: Q5_K for i < n_layers / 16,
+     else Q4_K; Q3_K_L: Q5_K; Q4_K_S: Q5_K for i < n_layers / 8; Q4_K_M,
+     Q5_K_M: Q6_K if use_more_bits(i, n_layers);
+   - attn_output: Q2_K: Q3_K; Q3_K_M: Q4_K; Q3_K_L: Q5_K;
+   - with exactly 8 experts (Mixtral's count): attn_v and attn_k Q8_0, and
+     attn_output Q5_K for Q2_K, Q3_K_S, Q3_K_M, Q4_K_S and Q4_K_M (others
+     keep the base type);
+   - MXFP4_MOE: expert tensors (3-D) MXFP4, every other matrix Q8_0;
+   - everything else (attn_q, ffn_gate, ffn_up, an untied token_embd): the base.
+   use_more_bits picks the first and last eighth of the layers and every
+   third layer between (n = 32: layers 0-3, 6, 9, ..., 27, 28-31; n = 2:
+   layer 1). A --dtype beyond the type ids names a mix; "q2_k" is GGUF's
+   type alone (llama-quantize --pure), "q2_k_mix" the mix. */
+static int mix_type(int dtype, const QuantShape *q, int category, int i, int row_len, int expert) {
+    int L = q->n_layers, type = mixes[dtype - TYPE_COUNT].base, eight = q->n_experts == 8;
+    int many = dtype == DTYPE_Q4_K_M || dtype == DTYPE_Q5_K_M;
+    if (category == CAT_OUTPUT || (category == CAT_TOKEN_EMBD && q->tied))
+        return dtype == DTYPE_MXFP4_MOE || row_len % type_traits[type].block_size ? TYPE_Q8_0 : TYPE_Q6_K;
+    if (dtype == DTYPE_MXFP4_MOE) return expert ? TYPE_MXFP4 : TYPE_Q8_0;
+    if (category == CAT_ATTN_V) {
+        if (dtype == DTYPE_Q2_K_MIX) type = q->n_heads / q->n_kv_heads >= 4 ? TYPE_Q4_K : TYPE_Q3_K;
         if (dtype == DTYPE_Q3_K_M) type = i < 2 ? TYPE_Q5_K : TYPE_Q4_K;
         if (dtype == DTYPE_Q3_K_L || (dtype == DTYPE_Q4_K_S && i < 4)) type = TYPE_Q5_K;
         if (many && use_more_bits(i, L)) type = TYPE_Q6_K;
-        if (L == 80 && c->n_heads != c->n_kv_heads && (type == TYPE_Q3_K || type == TYPE_Q4_K)) type = TYPE_Q5_K; // 70B
-    } else if (part == 3) { // attn_output
+        if (L == 80 && q->n_heads != q->n_kv_heads && (type == TYPE_Q3_K || type == TYPE_Q4_K)) type = TYPE_Q5_K; // 70B
+        if (eight) type = TYPE_Q8_0;
+    } else if (category == CAT_ATTN_K) {
+        if (eight) type = TYPE_Q8_0;
+    } else if (category == CAT_ATTN_OUTPUT && eight) {
+        if (dtype <= DTYPE_Q4_K_M && dtype != DTYPE_Q3_K_L) type = TYPE_Q5_K;
+    } else if (category == CAT_ATTN_OUTPUT) {
         if (dtype == DTYPE_Q2_K_MIX) type = TYPE_Q3_K;
         if (dtype == DTYPE_Q3_K_M) type = TYPE_Q4_K;
         if (dtype == DTYPE_Q3_K_L) type = TYPE_Q5_K;
-    } else if (part == 5) { // ffn_down
+    } else if (category == CAT_FFN_DOWN) {
         if (dtype == DTYPE_Q2_K_MIX) type = TYPE_Q3_K;
         if (dtype == DTYPE_Q3_K_M) type = i < L / 16 ? TYPE_Q5_K : TYPE_Q4_K;
         if (dtype == DTYPE_Q3_K_L || (dtype == DTYPE_Q4_K_S && i < L / 8)) type = TYPE_Q5_K;
@@ -9608,28 +9672,45 @@ static int mix_part_type(int dtype, const Config *c, int part, int i) {
     return type;
 }
 
-// llama-quantize's fallback for a K-type whose rows (row_len values) are
-// not whole super-blocks.
+// llama-quantize's fallback for a type whose blocks do not fit rows of
+// row_len values: F16 when no fallback fits either; -1 when it has none.
 static int fallback_type(int type, int row_len) {
-    if (row_len % QK_K == 0) return type;
-    if (row_len % QK) return TYPE_F16;
+    if (row_len % type_traits[type].block_size == 0) return type;
+    int to;
     switch (type) {
-    case TYPE_Q2_K: case TYPE_Q3_K: return TYPE_IQ4_NL;
-    case TYPE_Q4_K: return TYPE_Q5_0;
-    case TYPE_Q5_K: return TYPE_Q5_1;
-    default: return TYPE_Q8_0; // Q6_K
+    case TYPE_Q2_K: case TYPE_Q3_K: to = TYPE_Q4_0; break;
+    case TYPE_Q4_K: to = TYPE_Q5_0; break;
+    case TYPE_Q5_K: to = TYPE_Q5_1; break;
+    case TYPE_Q6_K: to = TYPE_Q8_0; break;
+    case TYPE_IQ4_XS: to = TYPE_IQ4_NL; break;
+    default: return -1;
     }
+    return row_len % type_traits[to].block_size ? TYPE_F16 : to;
+}
+
+// The type a quantizable tensor gets when quantizing to dtype: a type alone
+// (--pure) or a mix, then the fallback; -1 if no type fits its rows.
+static int tensor_dtype(int dtype, const QuantShape *q, int category, int layer, int row_len, int expert) {
+    int type = is_mix(dtype) ? mix_type(dtype, q, category, layer, row_len, expert) : dtype;
+    return type == TYPE_F32 || type == TYPE_F16 || type == TYPE_BF16 ? type : fallback_type(type, row_len);
+}
+
+static QuantShape quant_shape(const Config *c) {
+    return (QuantShape){.n_layers = c->n_layers, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+                        .n_experts = c->n_experts, .tied = c->shared_classifier};
 }
 
 // The type of matrix index (runc_type's order) when quantizing to dtype.
 static int matrix_dtype(int dtype, const Config *c, int index) {
     if (!is_mix(dtype)) return dtype;
+    static const int categories[7] = {CAT_ATTN_Q, CAT_ATTN_K, CAT_ATTN_V, CAT_ATTN_OUTPUT, CAT_FFN_GATE,
+                                      CAT_FFN_DOWN, CAT_FFN_UP};
     int L = c->n_layers, part = index >= 1 && index <= 7 * L ? (index - 1) / L : -1, layer = (index - 1) % L;
     int q_dim = c->n_heads * c->head_size, cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
-    int row_len = part >= 0 ? cols[part] : c->dim;
-    int classifier = index == 1 + 7 * L || (index == 0 && c->shared_classifier);
-    int type = classifier ? TYPE_Q6_K : part >= 0 ? mix_part_type(dtype, c, part, layer) : mixes[dtype - TYPE_COUNT].base;
-    return fallback_type(type, row_len);
+    int category = part >= 0 ? categories[part] : index == 0 ? CAT_TOKEN_EMBD : CAT_OUTPUT;
+    QuantShape q = quant_shape(c);
+    int type = tensor_dtype(dtype, &q, category, part >= 0 ? layer : 0, part >= 0 ? cols[part] : c->dim, 0);
+    return type < 0 ? TYPE_F16 : type;
 }
 
 // Whether --dtype may name dtype: a type the table writes, or a mix.
@@ -9699,6 +9780,369 @@ int quantize_mode(const Transformer *t, const char *in_path, const char *out_pat
     }
     err = output_close(&file, err);
     free(rows); free(out); free(types);
+    return err;
+}
+
+/* ----------------------------------------------------------------------------
+   Quantize to GGUF (-o OUT.gguf): from a GGUF input, the very file
+   llama-quantize writes for the same type or mix, so that llama.cpp and
+   run.c can run and time the same bytes: the input's metadata in its order,
+   then general.quantization_version and general.file_type (set last, as
+   llama.cpp sets them); the tensors in llama.cpp's order (by layer, then
+   by name); each matrix llama-quantize quantizes in the type tensor_dtype
+   gives it, every other tensor copied; data aligned to general.alignment. */
+
+#define GGUF_ALIGNMENT 32 // GGUF's default
+#define GGUF_QUANTIZATION_VERSION 2 // of the K-quant and legacy blocks (ggml's GGML_QNT_VERSION)
+
+// A growing byte buffer; err once an allocation failed.
+typedef struct { unsigned char *data; size_t len, cap; int err; } Buffer;
+
+static void put_bytes(Buffer *b, const void *p, size_t n) {
+    if (b->err) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        unsigned char *grown = realloc(b->data, cap);
+        if (!grown) { b->err = 1; return; }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static void put_u32(Buffer *b, uint32_t v) {
+    unsigned char p[4];
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+    put_bytes(b, p, 4);
+}
+
+static void put_u64(Buffer *b, uint64_t v) {
+    unsigned char p[8];
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+    put_bytes(b, p, 8);
+}
+
+static void put_string(Buffer *b, const char *s, size_t len) {
+    put_u64(b, len);
+    put_bytes(b, s, len);
+}
+
+// Metadata pairs of the types writers add (GGUF_U32, GGUF_F32, GGUF_STRING).
+static void put_kv_u32(Buffer *b, const char *key, uint32_t v) {
+    put_string(b, key, strlen(key));
+    put_u32(b, GGUF_U32);
+    put_u32(b, v);
+}
+
+static void put_kv_f32(Buffer *b, const char *key, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    put_string(b, key, strlen(key));
+    put_u32(b, GGUF_F32);
+    put_u32(b, bits);
+}
+
+static void put_kv_string(Buffer *b, const char *key, const char *v) {
+    put_string(b, key, strlen(key));
+    put_u32(b, GGUF_STRING);
+    put_string(b, v, strlen(v));
+}
+
+// One metadata pair of g as it is in the file (key, type and value bytes).
+static void put_kv_copy(Buffer *b, const GgufValue *v, const unsigned char *file_end) {
+    Cursor c = {.p = v->value, .end = file_end};
+    skip_value(&c, v->type, 0); // parsed once already: it fits
+    put_string(b, v->key, v->key_len);
+    put_u32(b, v->type);
+    put_bytes(b, v->value, (size_t)(c.p - v->value));
+}
+
+// A tensor of a GGUF file being written.
+typedef struct {
+    char name[96];
+    int n_dims;
+    uint64_t dims[4];          // dims[0]: the row length
+    int type;                  // TYPE_*: as written
+    const unsigned char *same; // its bytes when copied as they are (same_bytes of them), else NULL:
+    uint64_t same_bytes;
+    RowSource source;          // its values, rounded into type
+    const void *from;          // source's argument
+} OutTensor;
+
+static uint64_t out_rows(const OutTensor *t) { return t->dims[1] * t->dims[2] * t->dims[3]; }
+
+static uint64_t out_bytes(const OutTensor *t) {
+    return t->same ? t->same_bytes : type_row_bytes(t->type, (int)t->dims[0]) * out_rows(t);
+}
+
+static int write_zeros(FILE *f, uint64_t n) {
+    static const char zeros[256];
+    for (; n > 0; n -= n < 256 ? n : 256)
+        if (fwrite(zeros, 1, n < 256 ? (size_t)n : 256, f) != (n < 256 ? n : 256)) return -1;
+    return 0;
+}
+
+// Writes a GGUF v3 file to out_path: n_kv metadata pairs (meta's bytes),
+// then the tensors; it appears only when complete.
+int gguf_write(const char *out_path, const Buffer *meta, uint64_t n_kv, const OutTensor *tensors, int n_tensors,
+               uint64_t alignment) {
+    Buffer head = {0};
+    put_u32(&head, GGUF_MAGIC);
+    put_u32(&head, 3);
+    put_u64(&head, (uint64_t)n_tensors);
+    put_u64(&head, n_kv);
+    put_bytes(&head, meta->data, meta->len);
+    uint64_t offset = 0;
+    int widest = 1;
+    for (int i = 0; i < n_tensors; i++) {
+        const OutTensor *t = &tensors[i];
+        put_string(&head, t->name, strlen(t->name));
+        put_u32(&head, (uint32_t)t->n_dims);
+        for (int d = 0; d < t->n_dims; d++) put_u64(&head, t->dims[d]);
+        put_u32(&head, (uint32_t)t->type);
+        put_u64(&head, offset);
+        offset += (out_bytes(t) + alignment - 1) / alignment * alignment;
+        if (!t->same && (int)t->dims[0] > widest) widest = (int)t->dims[0];
+    }
+    size_t row_bytes = (size_t)widest * sizeof(float);
+    for (int i = 0; i < n_tensors; i++)
+        if (!tensors[i].same && type_row_bytes(tensors[i].type, widest) > row_bytes)
+            row_bytes = type_row_bytes(tensors[i].type, widest);
+    float *rows = malloc(WRITE_ROWS * (size_t)widest * sizeof(float));
+    unsigned char *out = malloc(WRITE_ROWS * row_bytes);
+    Output file;
+    int err = head.err || !rows || !out ? fail("out of memory") : output_open(&file, out_path);
+    if (err) { free(head.data); free(rows); free(out); return err; }
+    FILE *f = file.f;
+    uint64_t pad = (alignment - head.len % alignment) % alignment;
+    if (fwrite(head.data, 1, head.len, f) != head.len || write_zeros(f, pad) != 0)
+        err = fail("%s: write failed: %s", out_path, strerror(errno));
+    for (int i = 0; i < n_tensors && !err; i++) {
+        const OutTensor *t = &tensors[i];
+        uint64_t bytes = out_bytes(t);
+        if (t->same) err = fwrite(t->same, 1, (size_t)bytes, f) != bytes ? fail("write failed: %s", strerror(errno)) : 0;
+        else err = write_rows(f, (int64_t)out_rows(t), (int)t->dims[0], t->type, t->source, t->from, rows, out, t->name);
+        if (!err && write_zeros(f, (alignment - bytes % alignment) % alignment) != 0)
+            err = fail("write failed: %s", strerror(errno));
+        if (err) {
+            char why[sizeof error_message];
+            snprintf(why, sizeof why, "%s", error_message);
+            err = fail("%s: %s", out_path, why);
+        }
+    }
+    err = output_close(&file, err);
+    free(head.data); free(rows); free(out);
+    return err;
+}
+
+// The layer of a tensor called blk.N.*, or -1.
+static int tensor_layer(const char *name) {
+    int layer = -1;
+    return sscanf(name, "blk.%d.", &layer) == 1 ? layer : -1;
+}
+
+// llama.cpp's tensor order: by layer (tensors of no layer first), then by name.
+static int compare_out_tensors(const void *a, const void *b) {
+    const OutTensor *x = a, *y = b;
+    int lx = tensor_layer(x->name), ly = tensor_layer(y->name);
+    return lx != ly ? (lx < ly ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+// Whether llama-quantize quantizes a tensor (its tensor_allows_quantization,
+// for the tensors of the architectures run.c reads): a matrix or a stack of
+// them whose name ends in "weight", except norms and the experts' router.
+static int quantizable(const OutTensor *t) {
+    size_t n = strlen(t->name);
+    return t->n_dims >= 2 && n >= 6 && !strcmp(t->name + n - 6, "weight") && !strstr(t->name, "_norm.weight") &&
+           !strstr(t->name, "ffn_gate_inp.weight");
+}
+
+// Sets a tensor copied as it is: data of the given type and shape (dims[0]
+// the row length).
+static void out_tensor(OutTensor *o, const char *name, const void *data, int type, int n_dims, const uint64_t *dims) {
+    *o = (OutTensor){.type = type, .same = data, .dims = {1, 1, 1, 1}};
+    snprintf(o->name, sizeof o->name, "%s", name);
+    for (int d = 0; d < n_dims; d++)
+        if ((o->dims[d] = dims[d]) > 1) o->n_dims = d + 1; // as ggml counts: trailing 1s dropped
+    if (o->n_dims == 0) o->n_dims = 1;
+    o->same_bytes = type_row_bytes(type, (int)o->dims[0]) * out_rows(o);
+}
+
+// Chooses o's type for dtype; a tensor that changes type is read through
+// *slot. -1 (with the message) if no type fits its rows.
+static int quantize_out_tensor(OutTensor *o, Matrix *slot, int dtype, const QuantShape *q, const char *path) {
+    if (!quantizable(o)) return 0;
+    int type = tensor_dtype(dtype, q, tensor_category(o->name), tensor_layer(o->name), (int)o->dims[0], o->dims[2] > 1);
+    if (type < 0)
+        return fail("%s: tensor %s has rows of %llu values, which %s's blocks do not fit and has no fallback for", path,
+                    o->name, (unsigned long long)o->dims[0], type_name((uint32_t)(is_mix(dtype) ? TYPE_MXFP4 : dtype)));
+    if (type == o->type) return 0; // llama-quantize copies a tensor already of its type
+    if (out_rows(o) > INT32_MAX) return fail("%s: tensor %s has more than 2^31 rows", path, o->name);
+    *slot = (Matrix){.data = o->same, .type = o->type, .rows = (int)out_rows(o), .cols = (int)o->dims[0]};
+    o->same = NULL;
+    o->type = type;
+    o->source = matrix_rows;
+    o->from = slot;
+    return 0;
+}
+
+// A GGUF input's tensors as they are, and its metadata but for the keys
+// quantize sets.
+static int gguf_file_tensors(const Gguf *g, const unsigned char *file_end, OutTensor *out, Buffer *meta,
+                             uint64_t *n_kv, const char *path) {
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const GgufTensor *in = &g->tensors[i];
+        char name[sizeof out->name];
+        if (in->name_len >= sizeof name) return fail("%s: a tensor name is longer than %zu bytes", path, sizeof name - 1);
+        memcpy(name, in->name, in->name_len);
+        name[in->name_len] = '\0';
+        if (!type_supported(in->type))
+            return fail("%s: tensor %s has type %s (%u), which run.c does not read, so cannot copy", path, name,
+                        type_name(in->type), in->type);
+        out_tensor(&out[i], name, g->data + in->offset, (int)in->type, in->n_dims, in->dims);
+    }
+    static const char *const replaced[] = {"general.quantization_version", "general.file_type", "split.no",
+                                           "split.count", "split.tensors.count"};
+    for (uint64_t i = 0; i < g->n_values; i++) {
+        const GgufValue *v = &g->values[i];
+        int skip = 0;
+        for (size_t k = 0; k < sizeof replaced / sizeof replaced[0]; k++)
+            skip |= v->key_len == strlen(replaced[k]) && !memcmp(v->key, replaced[k], v->key_len);
+        if (skip) continue;
+        put_kv_copy(meta, v, file_end);
+        (*n_kv)++;
+    }
+    return 0;
+}
+
+// tokenizer.ggml.* for a llama2.c tokenizer (SentencePiece pieces with
+// spaces for U+2581, BOS and EOS spelled "\n<s>\n" and "\n</s>\n").
+static void put_spm_vocab(Buffer *b, uint64_t *n_kv, const Tokenizer *tk) {
+    put_kv_string(b, "tokenizer.ggml.model", "llama");
+    put_string(b, "tokenizer.ggml.tokens", strlen("tokenizer.ggml.tokens"));
+    put_u32(b, GGUF_ARRAY);
+    put_u32(b, GGUF_STRING);
+    put_u64(b, (uint64_t)tk->vocab_size);
+    for (int i = 0; i < tk->vocab_size; i++) {
+        const char *p = tk->vocab[i];
+        if (!strcmp(p, "\n<s>\n") || !strcmp(p, "\n</s>\n")) p++;
+        Buffer piece = {0};
+        for (int k = 0; k < tk->piece_len[i] - (p != tk->vocab[i] ? 2 : 0); k++)
+            put_bytes(&piece, p[k] == ' ' ? "\xe2\x96\x81" : p + k, p[k] == ' ' ? 3 : 1);
+        put_string(b, (const char *)piece.data, piece.len);
+        b->err |= piece.err;
+        free(piece.data);
+    }
+    put_string(b, "tokenizer.ggml.scores", strlen("tokenizer.ggml.scores"));
+    put_u32(b, GGUF_ARRAY);
+    put_u32(b, GGUF_F32);
+    put_u64(b, (uint64_t)tk->vocab_size);
+    for (int i = 0; i < tk->vocab_size; i++) {
+        uint32_t bits;
+        memcpy(&bits, &tk->scores[i], 4);
+        put_u32(b, bits);
+    }
+    put_string(b, "tokenizer.ggml.token_type", strlen("tokenizer.ggml.token_type"));
+    put_u32(b, GGUF_ARRAY);
+    put_u32(b, GGUF_I32);
+    put_u64(b, (uint64_t)tk->vocab_size);
+    for (int i = 0; i < tk->vocab_size; i++) put_u32(b, tk->kind[i]);
+    put_kv_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)tk->bos_id);
+    put_kv_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)tk->eos_id);
+    put_kv_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)tk->unk_id);
+    *n_kv += 7;
+}
+
+// A llama2.c or run.c checkpoint as GGUF's llama architecture: its config
+// as metadata, its tokenizer tk, its tensors in llama.cpp's names (the
+// same weights: both store RoPE's pairs side by side). out: room for
+// 3 + 9 * n_layers.
+static int model_tensors(const Transformer *t, const Tokenizer *tk, OutTensor *out, Buffer *meta, uint64_t *n_kv) {
+    const Config *c = &t->config;
+    const TransformerWeights *w = &t->weights;
+    put_kv_string(meta, "general.architecture", "llama");
+    put_kv_u32(meta, "llama.context_length", (uint32_t)c->seq_len);
+    put_kv_u32(meta, "llama.embedding_length", (uint32_t)c->dim);
+    put_kv_u32(meta, "llama.block_count", (uint32_t)c->n_layers);
+    put_kv_u32(meta, "llama.feed_forward_length", (uint32_t)c->hidden_dim);
+    put_kv_u32(meta, "llama.rope.dimension_count", (uint32_t)c->head_size);
+    put_kv_u32(meta, "llama.attention.head_count", (uint32_t)c->n_heads);
+    put_kv_u32(meta, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    put_kv_f32(meta, "llama.attention.layer_norm_rms_epsilon", c->norm_eps);
+    put_kv_f32(meta, "llama.rope.freq_base", c->rope_theta);
+    *n_kv += 10;
+    put_spm_vocab(meta, n_kv, tk);
+    int n = 0;
+    uint64_t dim[1] = {(uint64_t)c->dim};
+    out_tensor(&out[n++], "output_norm.weight", w->rms_final, TYPE_F32, 1, dim);
+    const Matrix *embedding = &w->token_embedding;
+    out_tensor(&out[n++], "token_embd.weight", embedding->data, embedding->type, 2,
+               (uint64_t[]){(uint64_t)embedding->cols, (uint64_t)embedding->rows});
+    if (!c->shared_classifier)
+        out_tensor(&out[n++], "output.weight", w->wcls.data, w->wcls.type, 2,
+                   (uint64_t[]){(uint64_t)w->wcls.cols, (uint64_t)w->wcls.rows});
+    static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_down", "ffn_up"};
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        out_tensor(&out[n++], name, lw->rms_att, TYPE_F32, 1, dim);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        out_tensor(&out[n++], name, lw->rms_ffn, TYPE_F32, 1, dim);
+        for (int k = 0; k < 7; k++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[k]);
+            out_tensor(&out[n++], name, m[k]->data, m[k]->type, 2, (uint64_t[]){(uint64_t)m[k]->cols, (uint64_t)m[k]->rows});
+        }
+    }
+    return n;
+}
+
+// -m quantize -o OUT.gguf: t mapped from in_path; tk, its tokenizer, for a
+// checkpoint that holds none (llama2.c, run.c's format).
+int quantize_gguf(const Transformer *t, const Tokenizer *tk, const char *in_path, const char *out_path, int dtype) {
+    if (same_file(out_path, in_path)) return fail("%s: -o would overwrite the input checkpoint", out_path);
+    int file_type = dtype_file_type(dtype);
+    if (file_type < 0) return fail("%s: GGUF has no file type for %s; choose another --dtype", out_path, dtype_name(dtype));
+    Gguf g = {0};
+    if (t->is_gguf && gguf_parse(&g, t->map, t->map_size, in_path) != 0) return -1;
+    int64_t alignment = GGUF_ALIGNMENT;
+    gguf_int(&g, "general.alignment", GGUF_ALIGNMENT, &alignment);
+    int n = t->is_gguf ? (int)g.n_tensors : 3 + 9 * t->config.n_layers, err = 0, already = -1;
+    OutTensor *tensors = calloc((size_t)n + 1, sizeof *tensors);
+    Matrix *sources = calloc((size_t)n + 1, sizeof *sources);
+    Buffer meta = {0};
+    uint64_t n_kv = 0;
+    if (!tensors || !sources) err = fail("out of memory");
+    else if (t->is_gguf) err = gguf_file_tensors(&g, (const unsigned char *)t->map + t->map_size, tensors, &meta, &n_kv, in_path);
+    else n = model_tensors(t, tk, tensors, &meta, &n_kv);
+    QuantShape q = quant_shape(&t->config);
+    for (int i = 0; i < n && !err; i++) q.tied &= strcmp(tensors[i].name, "output.weight") != 0;
+    for (int i = 0; i < n && !err; i++) {
+        int from = tensors[i].type;
+        err = quantize_out_tensor(&tensors[i], &sources[i], dtype, &q, in_path);
+        if (!tensors[i].same && from != TYPE_F32 && from != TYPE_F16 && from != TYPE_BF16 && already < 0) already = from;
+    }
+    if (already >= 0)
+        fprintf(stderr, "run: %s: its weights are quantized already (%s); quantizing them again rounds them twice: "
+                "the F32/F16 model, where you have it, gives better weights\n", in_path, type_name((uint32_t)already));
+    put_kv_u32(&meta, "general.quantization_version", GGUF_QUANTIZATION_VERSION);
+    put_kv_u32(&meta, "general.file_type", (uint32_t)file_type);
+    n_kv += 2;
+    if (!err && meta.err) err = fail("out of memory");
+    if (!err) {
+        qsort(tensors, (size_t)n, sizeof *tensors, compare_out_tensors); // sources stay where from points
+        err = gguf_write(out_path, &meta, n_kv, tensors, n, (uint64_t)alignment);
+        if (err) {
+            char why[sizeof error_message];
+            snprintf(why, sizeof why, "%s", error_message);
+            err = fail("%s -> %s", in_path, why);
+        }
+    }
+    free(meta.data); free(tensors); free(sources);
+    gguf_free(&g);
     return err;
 }
 
@@ -10045,7 +10489,7 @@ static const Flag cli_flags[N_FLAGS] = {
     [FLAG_CONTEXT] = {"-c", "--ctx-size", MODES_FORWARD, 0},
     [FLAG_PROMPT] = {"-i", "--prompt", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE, 0},
     [FLAG_FILE] = {"-f", "--file", MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE | MODE_LOGITS, 0},
-    [FLAG_TOKENIZER] = {"-z", NULL, MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE, 0},
+    [FLAG_TOKENIZER] = {"-z", NULL, MODE_GENERATE | MODE_CHAT | MODE_TOKENIZE | MODE_QUANTIZE, 0},
     [FLAG_MODE] = {"-m", NULL, MODES_ALL, 0},
     [FLAG_SYSTEM] = {"-y", "--system-prompt", MODE_CHAT, 0},
     [FLAG_OUTPUT] = {"-o", NULL, MODE_LOGITS | MODE_QUANTIZE, 0},
@@ -10451,11 +10895,6 @@ int parse_args(Options *o, int argc, char **argv) {
         fail("-m quantize needs -o OUT_FILE and --dtype TYPE (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m, q5_k_m, ...)");
         add_problem(problems, sizeof problems, &n_problems);
     }
-    size_t out_len = o->output ? strlen(o->output) : 0;
-    if (o->mode_bit == MODE_QUANTIZE && out_len >= 5 && !strcasecmp(o->output + out_len - 5, ".gguf")) {
-        fail("-o %s: -m quantize writes run.c's own format, not GGUF; give the file another name (.bin)", o->output);
-        add_problem(problems, sizeof problems, &n_problems);
-    }
     if (o->prompt_file && !strcmp(o->prompt_file, "-") && o->mode_bit == MODE_CHAT) {
         fail("-f -: chat reads its turns from stdin; give the first message with -i");
         add_problem(problems, sizeof problems, &n_problems);
@@ -10545,6 +10984,11 @@ static char *prompt_text(const Options *o, size_t *len) {
     return text;
 }
 
+static int is_gguf_name(const char *path) {
+    size_t n = strlen(path);
+    return n >= 5 && !strcasecmp(path + n - 5, ".gguf");
+}
+
 // What a model has that run.c's own format (version 1) cannot hold, or NULL.
 static const char *beyond_runc(const Transformer *t) {
     const Config *c = &t->config;
@@ -10587,14 +11031,24 @@ static int check_writes(const Options *o) {
     return 0;
 }
 
+static int quantize_to_gguf(const Options *o, const Transformer *t, const Tokenizer *tk) {
+    if (quantize_gguf(t, tk, o->checkpoint, o->output, o->dtype) != 0) return -1;
+    fprintf(stderr, "wrote %s: %s\n", o->output, dtype_name(o->dtype));
+    return 0;
+}
+
 static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char *text, size_t text_len) {
     const Config *c = &t->config;
     if (o->mode_bit == MODE_LOGITS) return logits_mode(t, o->prompt_file, text, o->output);
     if (o->mode_bit == MODE_BENCH) return bench_mode(t, o->checkpoint);
-    if (o->mode_bit == MODE_QUANTIZE) {
+    if (o->mode_bit == MODE_QUANTIZE && o->tokenizer && (t->is_gguf || !is_gguf_name(o->output)))
+        return fail("-z: -m quantize reads a tokenizer only to write GGUF (-o NAME.gguf) from a llama2.c or run.c "
+                    "checkpoint; leave it out");
+    if (o->mode_bit == MODE_QUANTIZE && is_gguf_name(o->output) && t->is_gguf) return quantize_to_gguf(o, t, NULL);
+    if (o->mode_bit == MODE_QUANTIZE && !is_gguf_name(o->output)) {
         const char *beyond = beyond_runc(t);
         if (beyond)
-            return fail("%s: the model has %s, which run.c's format cannot hold yet; run the GGUF file as it is",
+            return fail("%s: the model has %s, which run.c's format cannot hold; write GGUF instead (-o NAME.gguf)",
                         o->checkpoint, beyond);
         if (quantize_mode(t, o->checkpoint, o->output, o->dtype) != 0) return -1;
         fprintf(stderr, "wrote %s: %s\n", o->output, dtype_name(o->dtype)); // the mix's name, or the type's
@@ -10611,6 +11065,7 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
     if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
     if (o->chat_template != TEMPLATE_NONE) tk->chat_template = o->chat_template;
+    if (o->mode_bit == MODE_QUANTIZE) return quantize_to_gguf(o, t, tk); // with the tokenizer as its vocabulary
     if (o->mode_bit == MODE_TOKENIZE) return tokenize_mode(tk, text, text_len);
     Sampler sampler;
     uint64_t seed = o->seed_given ? o->seed : (uint64_t)time(NULL);
