@@ -99,6 +99,12 @@ build/mkmodel: tools/mkmodel.c
 	mkdir -p build
 	$(CC) -O2 -std=c11 -o $@ tools/mkmodel.c
 
+# mkgguf: GGUF models of public shapes (qwen3, qwen3moe, gemma3, gpt-oss),
+# random weights written directly in a quantized type (tools/mkgguf.c)
+build/mkgguf: tools/mkgguf.c run.c build/flags
+	mkdir -p build
+	$(CC) $(CFLAGS) -Wno-unused-function -o $@ tools/mkgguf.c $(LDLIBS)
+
 build/models/%.bin: | build/mkmodel
 	mkdir -p build/models
 	build/mkmodel $@ $*

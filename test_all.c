@@ -9474,7 +9474,117 @@ static void arch_tests(void) {
 }
 
 // Quantize's failures and long output names: files the CLI tests leave.
+// SHA-256 (FIPS 180-4) of n bytes, as 64 hex digits: the quantize
+// references are sha256sum's digests of llama-quantize's files.
+static void sha256_hex(const unsigned char *data, size_t n, char hex[65]) {
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+        0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+        0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+        0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+        0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+        0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+        0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2};
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    size_t blocks = (n + 9 + 63) / 64;
+    for (size_t b = 0; b < blocks; b++) {
+        unsigned char block[64];
+        for (int i = 0; i < 64; i++) { // the message, 0x80, zeros, then its length in bits (big-endian)
+            size_t at = b * 64 + (size_t)i;
+            block[i] = at < n ? data[at] : at == n ? 0x80 : 0;
+        }
+        if (b == blocks - 1)
+            for (int i = 0; i < 8; i++) block[63 - i] = (unsigned char)(((uint64_t)n * 8) >> (8 * i));
+        uint32_t w[64], v[8];
+        for (int i = 0; i < 16; i++)
+            w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 | (uint32_t)block[4 * i + 2] << 8 | block[4 * i + 3];
+#define ROTR(x, r) ((x) >> (r) | (x) << (32 - (r)))
+        for (int i = 16; i < 64; i++)
+            w[i] = w[i - 16] + (ROTR(w[i - 15], 7) ^ ROTR(w[i - 15], 18) ^ (w[i - 15] >> 3)) + w[i - 7] +
+                   (ROTR(w[i - 2], 17) ^ ROTR(w[i - 2], 19) ^ (w[i - 2] >> 10));
+        memcpy(v, h, sizeof v);
+        for (int i = 0; i < 64; i++) {
+            uint32_t t1 = v[7] + (ROTR(v[4], 6) ^ ROTR(v[4], 11) ^ ROTR(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) + k[i] + w[i];
+            uint32_t t2 = (ROTR(v[0], 2) ^ ROTR(v[0], 13) ^ ROTR(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+            memmove(v + 1, v, 7 * sizeof v[0]);
+            v[4] += t1;
+            v[0] = t1 + t2;
+        }
+#undef ROTR
+        for (int i = 0; i < 8; i++) h[i] += v[i];
+    }
+    for (int i = 0; i < 8; i++) snprintf(hex + 8 * i, 9, "%08x", h[i]);
+}
+
+static void test_sha256(void) {
+    char abc[65], empty[65];
+    sha256_hex((const unsigned char *)"abc", 3, abc);
+    sha256_hex((const unsigned char *)"", 0, empty);
+    int ok = !strcmp(abc, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") &&
+             !strcmp(empty, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    report("sha256 of \"abc\" and \"\" are FIPS 180-4's", ok, "%s, %s", abc, empty);
+}
+
+// -m quantize -o OUT.gguf against llama-quantize: for each line of
+// reference/quantize/llama-quantize.sha256 ("HASH INPUT DTYPE # ..."), run.c's
+// file must be the very bytes llama-quantize wrote for that input.
+static void test_quantize_gguf_like_llama_cpp(void) {
+    char list_path[PATH_SIZE];
+    Bytes list = {0};
+    if (!data_path(list_path, "reference/quantize/llama-quantize.sha256") || load_file(list_path, &list) != 0) {
+        report("-m quantize -o OUT.gguf == llama-quantize's file", 0, "cannot read %s", list_path);
+        return;
+    }
+    int cases = 0;
+    for (char *line = (char *)list.data, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        char hash[80], input[200], dtype_text[32], name[320], in_path[PATH_SIZE], out[PATH_SIZE], got[65];
+        if (line[0] == '#' || sscanf(line, "%79s %199s %31s", hash, input, dtype_text) != 3) continue;
+        cases++;
+        format_text(name, sizeof name, "-m quantize -o OUT.gguf --dtype %s of %s == llama-quantize's file, byte for byte",
+                    dtype_text, input);
+        int dtype;
+        if (parse_dtype(dtype_text, &dtype) != 0) { report(name, 0, "%s", error_message); continue; }
+        if (!data_path(in_path, input)) { report(name, 0, "no %s", in_path); continue; }
+        format_text(out, sizeof out, "%s/quantized.gguf", tmp_dir);
+        Transformer t;
+        Bytes file = {0};
+        int err = transformer_open_mapped(&t, in_path, 0);
+        if (!err) {
+            err = quantize_gguf(&t, NULL, in_path, out, dtype);
+            transformer_close(&t);
+        }
+        if (err || load_file(out, &file) != 0) { report(name, 0, "%s", error_message); continue; }
+        sha256_hex((const unsigned char *)file.data, file.len, got);
+        report(name, !strcmp(got, hash), "%zu bytes, sha256 %.12s, llama-quantize's %.12s", file.len, got, hash);
+        bytes_free(&file);
+        remove(out);
+    }
+    bytes_free(&list);
+    if (cases < 10) report("-m quantize -o OUT.gguf: the reference list has its cases", 0, "%d cases", cases);
+}
+
+// A type with no fallback for rows it does not fit is refused as
+// llama-quantize refuses it (Q8_0 and stories260K's FFN of 172), naming
+// the tensor; nothing is written.
+static void test_quantize_gguf_refusal(void) {
+    char in_path[PATH_SIZE], out[PATH_SIZE];
+    const char *name = "-m quantize -o OUT.gguf --dtype q8_0 of rows of 172 is refused, naming the tensor; nothing written";
+    data_path(in_path, "models/gguf/stories260K_f32.gguf");
+    format_text(out, sizeof out, "%s/refused.gguf", tmp_dir);
+    Transformer t;
+    if (transformer_open_mapped(&t, in_path, 0) != 0) { report(name, 0, "%s", error_message); return; }
+    int err = quantize_gguf(&t, NULL, in_path, out, TYPE_Q8_0);
+    transformer_close(&t);
+    report(name, err != 0 && strstr(error_message, "blk.0.ffn_down.weight") && !file_exists(out), "%s", error_message);
+}
+
 static void output_tests(void) {
+    test_sha256();
+    test_quantize_gguf_like_llama_cpp();
+    test_quantize_gguf_refusal();
     test_quantize_failure_leaves_nothing();
     char stories[PATH_SIZE];
     data_path(stories, "models/stories260K/stories260K.bin");
