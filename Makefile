@@ -125,6 +125,19 @@ build/models/%.q4_k_m.bin: build/models/%.bin run
 build/models/%.q6_k.bin: build/models/%.bin run
 	./run $< -m quantize -o $@ --dtype q6_k
 
+# The new architectures' shapes by mkgguf (tools/mkgguf.c), with Llama 2's
+# vocabulary (tokenizer.bin): Qwen3-0.6B's layers (4 of its 28) and
+# Qwen3-30B-A3B's (2 of 48; 128 experts, 8 used) in Q8_0.
+BENCH_FILES += build/models/qwen3-0.6b-4l.q8_0.gguf build/models/qwen3-30b-a3b-2l.q8_0.gguf
+
+build/models/qwen3-0.6b-4l.q8_0.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ qwen3-0.6b --layers 4 --dtype q8_0
+
+build/models/qwen3-30b-a3b-2l.q8_0.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ qwen3-30b-a3b --layers 2 --dtype q8_0
+
 bench: run $(BENCH_FILES)
 	@for f in $(BENCH_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done
@@ -132,6 +145,27 @@ bench: run $(BENCH_FILES)
 # tl1b, TinyLlama-1.1B's shape: a 4.4 GB file (and 1.2, 0.6, 0.7 and 0.9 GB quantized).
 BENCH_LARGE_FILES = build/models/tl1b.bin build/models/tl1b.q8_0.bin build/models/tl1b.q4_0.bin \
 	build/models/tl1b.q4_k_m.bin build/models/tl1b.q6_k.bin
+# and Qwen3-0.6B whole, 8 layers of Qwen3-30B-A3B (3.4 GB), Gemma-3-1B whole
+# in Q4_K_M, 4 layers of gpt-oss-20b in MXFP4_MOE (3 GB)
+BENCH_LARGE_FILES += build/models/qwen3-0.6b.q4_k_m.gguf build/models/qwen3-30b-a3b-8l.q4_k_m.gguf \
+	build/models/gemma3-1b.q4_k_m.gguf build/models/gpt-oss-20b-4l.mxfp4_moe.gguf
+
+build/models/qwen3-0.6b.q4_k_m.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ qwen3-0.6b --dtype q4_k_m
+
+build/models/qwen3-30b-a3b-8l.q4_k_m.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ qwen3-30b-a3b --layers 8 --dtype q4_k_m
+
+build/models/gemma3-1b.q4_k_m.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ gemma3-1b --dtype q4_k_m
+
+build/models/gpt-oss-20b-4l.mxfp4_moe.gguf: | build/mkgguf
+	mkdir -p build/models
+	build/mkgguf $@ gpt-oss-20b --layers 4 --dtype mxfp4_moe
+
 bench-large: run $(BENCH_LARGE_FILES)
 	@for f in $(BENCH_LARGE_FILES); do for n in $(BENCH_THREADS); do \
 		OMP_NUM_THREADS=$$n ./run $$f -m bench || exit 1; done; done

@@ -4952,7 +4952,7 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_MXFP4] = {.block_size = 32, .block_bytes = sizeof(BlockMXFP4), .act_type = TYPE_Q8_0,
                     .dequantize = dequantize_mxfp4, .quantize = quantize_mxfp4, .dot_plain = dot_mxfp4_plain,
                     .dot = dot_mxfp4,
-                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 4},
+                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16},
     // activation formats only (no dot: never a weight)
     [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
                    .quantize = quantize_q8_1},
@@ -5899,7 +5899,7 @@ static inline __attribute__((always_inline)) void pack_row32_as(unsigned char *q
     uint8_t q[QK] = {0};
     uint16_t d = 0, min = 0, *scales = (uint16_t *)meta;
     if (block) unpack_block32(q, &d, &min, block, type);
-    if (type == TYPE_MXFP4) ((float *)meta)[r] = block ? mxfp4_half_scale((uint8_t)d) : 0.0f;
+    if (type == TYPE_MXFP4) meta[r] = (unsigned char)d; // E8M0 as stored: packed, the file's size
     else scales[r] = d;
     if (packed_mins(type)) scales[GROUP_ROWS + r] = min;
     for (int i = 0; i < 4; i++) {
@@ -5965,9 +5965,9 @@ static int packed_value(const unsigned char *quants, int r, int k, int type) {
 }
 
 // Row r's scale of a 32-value type's block, from its (g, b)'s meta: fp16,
-// MXFP4's a float (its halved E8M0 scale).
+// MXFP4's E8M0 byte (halved, as its values are doubled).
 static float packed_row_scale(const unsigned char *meta, int r, int type) {
-    if (type == TYPE_MXFP4) return ((const float *)meta)[r];
+    if (type == TYPE_MXFP4) return mxfp4_half_scale(meta[r]);
     return f16_to_f32(((const uint16_t *)meta)[r]);
 }
 
@@ -6174,9 +6174,18 @@ static inline __m512 group_halves(const unsigned char *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-// A block's 16 row scales: fp16, MXFP4's floats.
+// 16 E8M0 bytes as mxfp4_half_scale's floats: 2^(e - 128), built from the
+// bits, e 0 and 1 the subnormals 0x00200000 << e.
+static inline __m512 group_e8m0(const unsigned char *p) {
+    __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, subnormal));
+}
+
+// A block's 16 row scales: fp16, MXFP4's E8M0 bytes.
 static inline __m512 group_scales(const unsigned char *p, int type) {
-    return type == TYPE_MXFP4 ? _mm512_loadu_ps(p) : group_halves(p);
+    return type == TYPE_MXFP4 ? group_e8m0(p) : group_halves(p);
 }
 
 // acc (16 rows) + one block's integer sums (sum): less the bias, times the
@@ -6361,13 +6370,21 @@ static inline __attribute__((always_inline)) void packed_half_sums(__m256i *sum,
         for (int t = 0; t < n_t; t++) sum[t] = _mm256_sub_epi32(sum[t], _mm256_set1_epi32(x[(size_t)t * stride].bias));
 }
 
+// 8 E8M0 bytes as mxfp4_half_scale's floats: 2^(e - 128), built from the
+// bits, e 0 and 1 the subnormals 0x00200000 << e.
+static inline __m256 half_e8m0(const unsigned char *p) {
+    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
 // acc (rows 8h..8h+7) + one block's integer sums times the row scales and
 // x's, then (mins) the row mins times x's sum: packed_position_plain's
-// operations per lane. The scales are fp16, MXFP4's floats.
+// operations per lane. The scales are fp16, MXFP4's E8M0 bytes.
 static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned char *meta, int h, const ActBlock *x, int mins,
                                      int type) {
-    __m256 scales = type == TYPE_MXFP4 ? _mm256_loadu_ps((const float *)meta + 8 * h)
-                                       : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+    __m256 scales = type == TYPE_MXFP4 ? half_e8m0(meta + 8 * h) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scales, _mm256_set1_ps(x->scale)), acc);
     if (!mins) return acc;
     __m256 row_mins = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 2 * GROUP_ROWS + 16 * h)));

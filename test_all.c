@@ -3243,7 +3243,32 @@ static void test_mxfp4_llama_quantize_blocks(void) {
     unmap_file(map, size);
 }
 
+// The packed kernels' E8M0 scales (16 or 8 bytes at a time) == the plain
+// mxfp4_half_scale for every byte but NaN's, the subnormals 0 and 1 included.
+static void test_e8m0_scales(void) {
+    unsigned char e[256 + 16] = {0};
+    for (int i = 0; i < 255; i++) e[i] = (uint8_t)i;
+    int off = 0, checked = 0;
+#if HAVE_AVX2 && !HAVE_AVX512_VNNI // the packed kernels' choice, as run.c makes it
+    for (int i = 0; i < 255; i += 8) {
+        float got[8];
+        _mm256_storeu_ps(got, half_e8m0(e + i));
+        for (int k = 0; k < 8 && i + k < 255; k++, checked++) off += memcmp(&got[k], &(float){mxfp4_half_scale(e[i + k])}, 4) != 0;
+    }
+#endif
+#if HAVE_AVX512_VNNI
+    for (int i = 0; i < 255; i += 16) {
+        float got[16];
+        _mm512_storeu_ps(got, group_e8m0(e + i));
+        for (int k = 0; k < 16 && i + k < 255; k++, checked++) off += memcmp(&got[k], &(float){mxfp4_half_scale(e[i + k])}, 4) != 0;
+    }
+#endif
+    if (checked == 0) { skip("kernels: SIMD E8M0 scales == mxfp4_half_scale", "no x86 SIMD E8M0 conversion in this build"); return; }
+    report("kernels: SIMD E8M0 scales == mxfp4_half_scale for every byte 0-254, bit for bit", off == 0, "%d checked, %d off", checked, off);
+}
+
 static void kernel_tests(void) {
+    test_e8m0_scales();
     test_mxfp4_definition();
     test_mxfp4_quantize();
     test_mxfp4_llama_quantize_blocks();
