@@ -1,9 +1,12 @@
 /* fuzz_quantize: -m quantize on any checkpoint. The model is loaded as
-   fuzz_checkpoint loads it, written in the RUNC format with quantize_mode,
-   and the file written must load again with the same shape.
+   fuzz_checkpoint loads it, written in the RUNC format with quantize_mode
+   (or, for a GGUF input when the first byte's bit 2 is set, as GGUF with
+   quantize_gguf: its metadata and tensors copied or requantized), and the
+   file written must load again with the same shape.
 
    Input: one byte choosing --dtype (0 f32, 1 f16, 2 q8_0, 3 q4_0, by value
-   % 4), then the checkpoint (version 0, RUNC or GGUF). Seeds:
+   % 4) and the output format (bit 2), then the checkpoint (version 0, RUNC
+   or GGUF). Seeds:
    fuzz/corpus/quantize. The output goes to a private directory under
    $TMPDIR (else /dev/shm, else /tmp). */
 #include "fuzz_model.h"
@@ -14,12 +17,12 @@
 // process without running atexit handlers).
 static char out_dir[4096], out_path[4200];
 
-static void make_out_dir(void) {
+static void make_out_dir(int gguf) {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !tmp[0]) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(out_dir, sizeof out_dir, "%s/fuzz_quantize.XXXXXX", tmp);
     if (!mkdtemp(out_dir)) { perror("fuzz_quantize: mkdtemp"); abort(); }
-    snprintf(out_path, sizeof out_path, "%s/out.bin", out_dir);
+    snprintf(out_path, sizeof out_path, "%s/out.%s", out_dir, gguf ? "gguf" : "bin");
 }
 
 static void remove_out_dir(void) {
@@ -35,8 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Transformer t;
     if (transformer_open_context(&t, path, FUZZ_MAX_CONTEXT) != 0) return 0;
     Config before = t.config;
-    make_out_dir();
-    int err = quantize_mode(&t, path, out_path, type);
+    int gguf = (data[0] & 4) && t.is_gguf;
+    make_out_dir(gguf);
+    int err = gguf ? quantize_gguf(&t, NULL, path, out_path, type) : quantize_mode(&t, path, out_path, type);
     transformer_close(&t);
     if (err != 0) { remove_out_dir(); return 0; } // a write error: none expected, but not a memory bug
     int loaded = transformer_open_context(&t, out_path, FUZZ_MAX_CONTEXT);
@@ -48,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const Config *c = &t.config;
     if (c->dim != before.dim || c->hidden_dim != before.hidden_dim || c->n_layers != before.n_layers ||
         c->n_heads != before.n_heads || c->n_kv_heads != before.n_kv_heads || c->vocab_size != before.vocab_size ||
-        c->weight_type != type || c->bos_id != before.bos_id || c->eos_id != before.eos_id) {
+        (!gguf && c->weight_type != type) || c->bos_id != before.bos_id || c->eos_id != before.eos_id) {
         fprintf(stderr, "fuzz_quantize: the quantized file has another shape\n");
         abort();
     }

@@ -324,7 +324,8 @@ static void save_buf(const char *target, const char *name, Buf b) {
     free(b.p);
 }
 
-// fuzz_quantize: a --dtype byte (0 f32, 1 f16, 2 q8_0, 3 q4_0), then the checkpoint.
+// fuzz_quantize: a --dtype byte (0 f32, 1 f16, 2 q8_0, 3 q4_0; bit 2 set:
+// GGUF output for a GGUF input), then the checkpoint.
 static void save_quantize(const char *name, int dtype, const Buf *model) {
     Buf b = {0};
     put_u8(&b, (unsigned)dtype);
@@ -357,6 +358,7 @@ static void gguf_seeds(void) {
     g_weights(&g, &b, VOCAB);
     Buf mixed = g_finish(&g);
     save_quantize("mixed.gguf-to-q4_0", 3, &mixed);
+    save_quantize("mixed.gguf-to-gguf-q8_0", 4 | 2, &mixed);
     save_buf("gguf", "mixed.gguf", mixed);
 
     // dim 32, all quantized (Q4_0, ffn_down Q8_0), 4 heads over one kv head, no token types.
