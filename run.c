@@ -36,6 +36,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -162,6 +163,32 @@ typedef struct {
     int window;           // a sliding-window layer's span: a query sees the last `window` positions; 0: all
 } LayerWeights;
 
+/* A layer's matrices as data: the loaders, our format, quantize and the
+   kernel choice walk this table, in this order (our format's), instead of
+   naming wq .. w3 each time. rows and cols are sizes of the Config. */
+enum { SIZE_DIM, SIZE_Q, SIZE_KV, SIZE_HIDDEN };
+
+typedef struct {
+    const char *name;  // in messages and our format: "wq"
+    const char *gguf;  // GGUF's blk.N.<gguf>.weight
+    size_t offset;     // of its Matrix in LayerWeights
+    int rows, cols;    // SIZE_*
+    int ffn;           // 1: the dense feed-forward's (a mixture of experts has experts instead)
+} LayerMatrix;
+
+static const LayerMatrix layer_matrices[] = {
+    {"wq", "attn_q", offsetof(LayerWeights, wq), SIZE_Q, SIZE_DIM, 0},
+    {"wk", "attn_k", offsetof(LayerWeights, wk), SIZE_KV, SIZE_DIM, 0},
+    {"wv", "attn_v", offsetof(LayerWeights, wv), SIZE_KV, SIZE_DIM, 0},
+    {"wo", "attn_output", offsetof(LayerWeights, wo), SIZE_DIM, SIZE_Q, 0},
+    {"w1", "ffn_gate", offsetof(LayerWeights, w1), SIZE_HIDDEN, SIZE_DIM, 1},
+    {"w2", "ffn_down", offsetof(LayerWeights, w2), SIZE_DIM, SIZE_HIDDEN, 1},
+    {"w3", "ffn_up", offsetof(LayerWeights, w3), SIZE_HIDDEN, SIZE_DIM, 1},
+};
+enum { LAYER_MATRICES = sizeof layer_matrices / sizeof layer_matrices[0] };
+
+static Matrix *layer_matrix(LayerWeights *lw, int k) { return (Matrix *)((char *)lw + layer_matrices[k].offset); }
+
 // Every pointer points into the memory map; nothing here owns weight data
 // (layers and experts are the Matrix records' own allocations).
 typedef struct {
@@ -259,6 +286,16 @@ typedef struct {
 } Transformer;
 
 static int kv_dim(const Config *c) { return c->n_kv_heads * c->head_size; }
+
+// A LayerMatrix's rows or cols (SIZE_*) for config c.
+static int config_size(const Config *c, int size) {
+    switch (size) {
+    case SIZE_Q: return c->n_heads * c->head_size;
+    case SIZE_KV: return kv_dim(c);
+    case SIZE_HIDDEN: return c->hidden_dim;
+    default: return c->dim;
+    }
+}
 
 /* What the engine room (part 2) provides for the engine. Each fast kernel
    there has a plain twin (the same name with _plain) that the suite checks
@@ -7802,12 +7839,10 @@ static int choose_kernel(int type) {
     return type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS;
 }
 
-// The model's matrices: 7 per layer (wq wk wv wo w1 w2 w3), then the classifier.
+// The model's matrices: each layer's (layer_matrices), then the classifier.
 static Matrix *model_matrix(TransformerWeights *w, int n_layers, int i) {
-    if (i == 7 * n_layers) return &w->wcls;
-    LayerWeights *lw = &w->layers[i / 7];
-    Matrix *layer[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-    return layer[i % 7];
+    if (i == LAYER_MATRICES * n_layers) return &w->wcls;
+    return layer_matrix(&w->layers[i / LAYER_MATRICES], i % LAYER_MATRICES);
 }
 
 /* A long load shows itself as llama.cpp's does: once it has taken a second,
@@ -7838,12 +7873,12 @@ static void progress_show(Progress *p, const char *what, size_t done, size_t tot
 // mapped original in memory.
 // The matrices choose_kernels sets up: the model's, then every expert's.
 static Matrix *kernel_matrix(Transformer *t, int i) {
-    int n_model = 7 * t->config.n_layers + 1;
+    int n_model = LAYER_MATRICES * t->config.n_layers + 1;
     return i < n_model ? model_matrix(&t->weights, t->config.n_layers, i) : &t->weights.experts[i - n_model];
 }
 
 static int choose_kernels(Transformer *t, const char *path) {
-    int n_matrices = 7 * t->config.n_layers + 1 + t->config.n_layers * t->config.n_experts * 3;
+    int n_matrices = LAYER_MATRICES * t->config.n_layers + 1 + t->config.n_layers * t->config.n_experts * 3;
     size_t total = 0;
     for (int i = 0; i < n_matrices; i++) {
         Matrix *m = kernel_matrix(t, i);
@@ -7943,9 +7978,10 @@ typedef struct {
 } TensorWalk;
 
 // RUNC version 2's table: one int32 type per matrix in file order, the
-// embedding (0), then wq wk wv wo w1 w2 w3 (part p, layer l: 1 + p * n_layers
-// + l), then wcls when unshared. Without a table every matrix is weight_type.
-static int runc_matrix_count(const Config *c) { return 1 + 7 * c->n_layers + !c->shared_classifier; }
+// embedding (0), then each of layer_matrices over the layers (part p, layer
+// l: 1 + p * n_layers + l), then wcls when unshared. Without a table every
+// matrix is weight_type.
+static int runc_matrix_count(const Config *c) { return 1 + LAYER_MATRICES * c->n_layers + !c->shared_classifier; }
 
 static int runc_type(const unsigned char *types, int index, const Config *c) {
     return types ? read_i32(types + 4 * (size_t)index) : c->weight_type;
@@ -7962,9 +7998,10 @@ static const char *walk_stacked(TensorWalk *w, const Config *c, int rows, int co
     return walk_tensor(w, (uint64_t)c->n_layers * rows * type_row_bytes(type, cols));
 }
 
-// Part p (0..6: wq .. w3) of our format, its layers back to back, each
+// Part p (layer_matrices[p]) of our format, its layers back to back, each
 // layer in its own type.
-static const char *walk_part(TensorWalk *w, const Config *c, int p, int rows, int cols) {
+static const char *walk_part(TensorWalk *w, const Config *c, int p) {
+    int rows = config_size(c, layer_matrices[p].rows), cols = config_size(c, layer_matrices[p].cols);
     uint64_t bytes = 0;
     for (int l = 0; l < c->n_layers; l++)
         bytes += (uint64_t)rows * type_row_bytes(runc_type(w->types, 1 + p * c->n_layers + l, c), cols);
@@ -7973,23 +8010,21 @@ static const char *walk_part(TensorWalk *w, const Config *c, int p, int rows, in
 
 // Where each tensor starts; the per-layer ones hold all layers back to back.
 typedef struct {
-    const char *token_embedding, *rms_att, *rms_ffn, *wq, *wk, *wv, *wo, *w1, *w2, *w3, *rms_final, *wcls;
+    const char *token_embedding, *rms_att, *rms_ffn, *rms_final, *wcls;
+    const char *parts[LAYER_MATRICES]; // layer_matrices' order
 } TensorStarts;
 
 // llama2.c version 0: embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3,
 // rms_final, two legacy RoPE tables, [wcls]. Returns the file size it implies.
 static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size, wt = c->weight_type;
+    int wt = c->weight_type;
     t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wt, c->dim));
     t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->wq = walk_stacked(w, c, q_dim, c->dim, wt);
-    t->wk = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wv = walk_stacked(w, c, kv_dim(c), c->dim, wt);
-    t->wo = walk_stacked(w, c, c->dim, q_dim, wt);
-    t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
-    t->w1 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
-    t->w2 = walk_stacked(w, c, c->dim, c->hidden_dim, wt);
-    t->w3 = walk_stacked(w, c, c->hidden_dim, c->dim, wt);
+    for (int p = 0; p < LAYER_MATRICES; p++) { // the attention's matrices, rms_ffn, then the feed-forward's
+        if (p == 4) t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
+        const LayerMatrix *lm = &layer_matrices[p];
+        t->parts[p] = walk_stacked(w, c, config_size(c, lm->rows), config_size(c, lm->cols), wt);
+    }
     t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
     walk_tensor(w, (uint64_t)c->seq_len * c->head_size * sizeof(float)); // legacy RoPE tables
     t->wcls = c->shared_classifier ? t->token_embedding
@@ -8000,49 +8035,39 @@ static uint64_t walk_v0(TensorWalk *w, TensorStarts *t, const Config *c) {
 // Our format: the norms first (always F32), then the matrices in weight_type
 // (version 2: each in its type from the table).
 static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
-    int q_dim = c->n_heads * c->head_size;
     t->rms_att = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_ffn = walk_stacked(w, c, 1, c->dim, TYPE_F32);
     t->rms_final = walk_tensor(w, (uint64_t)c->dim * sizeof(float));
     t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(runc_type(w->types, 0, c), c->dim));
-    t->wq = walk_part(w, c, 0, q_dim, c->dim);
-    t->wk = walk_part(w, c, 1, kv_dim(c), c->dim);
-    t->wv = walk_part(w, c, 2, kv_dim(c), c->dim);
-    t->wo = walk_part(w, c, 3, c->dim, q_dim);
-    t->w1 = walk_part(w, c, 4, c->hidden_dim, c->dim);
-    t->w2 = walk_part(w, c, 5, c->dim, c->hidden_dim);
-    t->w3 = walk_part(w, c, 6, c->hidden_dim, c->dim);
+    for (int p = 0; p < LAYER_MATRICES; p++) t->parts[p] = walk_part(w, c, p);
     // A shared classifier has no entry in the table: read the type only when unshared.
+    int wcls_type = runc_type(w->types, 1 + LAYER_MATRICES * c->n_layers, c);
     t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size *
-                                                        type_row_bytes(runc_type(w->types, 1 + 7 * c->n_layers, c), c->dim));
+                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
     return w->offset;
 }
 
 // Points the weights at the tensors; types: RUNC version 2's table or NULL.
 static void point_weights(TransformerWeights *w, const TensorStarts *t, const Config *c, const unsigned char *types) {
-    int q_dim = c->n_heads * c->head_size, L = c->n_layers;
+    int L = c->n_layers;
     w->token_embedding = (Matrix){.data = t->token_embedding, .type = runc_type(types, 0, c), .rows = c->vocab_size,
                                   .cols = c->dim};
     w->wcls = c->shared_classifier ? w->token_embedding
-                                   : (Matrix){.data = t->wcls, .type = runc_type(types, 1 + 7 * L, c),
+                                   : (Matrix){.data = t->wcls, .type = runc_type(types, 1 + LAYER_MATRICES * L, c),
                                               .rows = c->vocab_size, .cols = c->dim};
     w->rms_final = (const float *)t->rms_final;
-    const char *parts[7] = {t->wq, t->wk, t->wv, t->wo, t->w1, t->w2, t->w3};
-    int rows[7] = {q_dim, kv_dim(c), kv_dim(c), c->dim, c->hidden_dim, c->dim, c->hidden_dim};
-    int cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
     for (int l = 0; l < L; l++) {
         LayerWeights *lw = &w->layers[l];
         lw->rms_att = (const float *)t->rms_att + (size_t)l * c->dim;
         lw->rms_ffn = (const float *)t->rms_ffn + (size_t)l * c->dim;
     }
-    for (int p = 0; p < 7; p++) { // each part's layers back to back, each in its own type
-        const char *at = parts[p];
+    for (int p = 0; p < LAYER_MATRICES; p++) { // each part's layers back to back, each in its own type
+        const char *at = t->parts[p];
+        int rows = config_size(c, layer_matrices[p].rows), cols = config_size(c, layer_matrices[p].cols);
         for (int l = 0; l < L; l++) {
-            Matrix *m = model_matrix(w, L, 7 * l + p);
             int type = runc_type(types, 1 + p * L + l, c);
-            *m = (Matrix){.data = at, .type = type, .rows = rows[p], .cols = cols[p]};
-            at += (size_t)rows[p] * type_row_bytes(type, cols[p]);
+            *layer_matrix(&w->layers[l], p) = (Matrix){.data = at, .type = type, .rows = rows, .cols = cols};
+            at += (size_t)rows * type_row_bytes(type, cols);
         }
     }
 }
@@ -8050,16 +8075,16 @@ static void point_weights(TransformerWeights *w, const TensorStarts *t, const Co
 // Refuses an MXFP4 matrix of our format with a NaN scale (mxfp4_nan_block),
 // naming it as write_matrix does.
 static int runc_check_blocks(TransformerWeights *w, const Config *c, const char *path) {
-    static const char *const names[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-    for (int i = -1; i <= 7 * c->n_layers; i++) { // -1: the embedding
+    int n = LAYER_MATRICES * c->n_layers;
+    for (int i = -1; i <= n; i++) { // -1: the embedding
         const Matrix *m = i < 0 ? &w->token_embedding : model_matrix(w, c->n_layers, i);
         if (m->type != TYPE_MXFP4) continue;
         int64_t bad = mxfp4_nan_block(m->data, (uint64_t)m->rows * type_row_bytes(m->type, m->cols) / sizeof(BlockMXFP4));
         if (bad < 0) continue;
-        const char *what = i < 0 ? "the token embedding" : i == 7 * c->n_layers ? "the classifier" : names[i % 7];
-        if (i >= 0 && i < 7 * c->n_layers)
+        const char *what = i < 0 ? "the token embedding" : i == n ? "the classifier" : layer_matrices[i % LAYER_MATRICES].name;
+        if (i >= 0 && i < n)
             return fail("%s: layer %d's %s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: "
-                        "the file is damaged, or its writer is broken", path, i / 7, what, (long long)bad);
+                        "the file is damaged, or its writer is broken", path, i / LAYER_MATRICES, what, (long long)bad);
         return fail("%s: %s has an MXFP4 block (number %lld) whose scale byte is 255, E8M0's NaN: the file is "
                     "damaged, or its writer is broken", path, what, (long long)bad);
     }
@@ -8851,14 +8876,12 @@ static int gguf_config(Config *c, const Gguf *g, const char *path) {
 
 // The tensors a model's layers hold: ".weight" for all, ".bias" for attn_q/k/v only.
 // (and the architecture's norm before the feed-forward)
-static const char *const layer_tensors[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                                            "attn_output.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
+static const char *const layer_tensors[] = {"attn_norm.weight", "attn_q.bias", "attn_k.bias", "attn_v.bias",
                                             "attn_output.bias", "attn_q_norm.weight", "attn_k_norm.weight",
                                             "attn_sinks.weight"};
 // and those of an architecture with post-norms (gemma3)
 static const char *const post_norm_tensors[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
-// and the feed-forward's: a dense one, or a mixture of experts
-static const char *const dense_tensors[] = {"ffn_gate.weight", "ffn_down.weight", "ffn_up.weight"};
+// and the matrices (layer_matrices; the dense feed-forward's, or a mixture of experts)
 static const char *const expert_tensors[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_down_exps.weight",
                                              "ffn_up_exps.weight", "ffn_gate_inp.bias", "ffn_gate_exps.bias",
                                              "ffn_down_exps.bias", "ffn_up_exps.bias"};
@@ -8887,8 +8910,11 @@ static int gguf_check_used(const Gguf *g, const Config *c, const char *path) {
             used |= strcmp(text + at, layer_tensors[k]) == 0;
         used |= in_layer && !strncmp(text + at, a->ffn_norm, strlen(a->ffn_norm)) && !strcmp(text + at + strlen(a->ffn_norm), ".weight");
         for (size_t k = 0; in_layer && c->post_norms && k < 2; k++) used |= strcmp(text + at, post_norm_tensors[k]) == 0;
-        for (size_t k = 0; in_layer && c->n_experts == 0 && k < sizeof dense_tensors / sizeof *dense_tensors; k++)
-            used |= strcmp(text + at, dense_tensors[k]) == 0;
+        for (int k = 0; in_layer && k < LAYER_MATRICES; k++) {
+            size_t n = strlen(layer_matrices[k].gguf);
+            if (layer_matrices[k].ffn && c->n_experts > 0) continue;
+            used |= !strncmp(text + at, layer_matrices[k].gguf, n) && !strcmp(text + at + n, ".weight");
+        }
         for (size_t k = 0; in_layer && c->n_experts > 0 && k < sizeof expert_tensors / sizeof *expert_tensors; k++)
             used |= strcmp(text + at, expert_tensors[k]) == 0;
         if (!used)
@@ -8965,16 +8991,19 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
         }
         int period = c->window_period;
         lw->window = c->window > 0 && l % period < period - 1 ? c->window : 0;
-        struct { const char *suffix; int rows, cols; Matrix *m; const float **vec; } parts[] = {
-            {"attn_norm", 1, c->dim, NULL, &lw->rms_att},  {a->ffn_norm, 1, c->dim, NULL, &lw->rms_ffn},
-            {"attn_q", q_dim, c->dim, &lw->wq, NULL},      {"attn_k", kv_dim(c), c->dim, &lw->wk, NULL},
-            {"attn_v", kv_dim(c), c->dim, &lw->wv, NULL},  {"attn_output", c->dim, q_dim, &lw->wo, NULL},
-            {"ffn_gate", c->hidden_dim, c->dim, &lw->w1, NULL}, {"ffn_down", c->dim, c->hidden_dim, &lw->w2, NULL},
-            {"ffn_up", c->hidden_dim, c->dim, &lw->w3, NULL},
-        };
-        int n_parts = sizeof parts / sizeof parts[0];
+        struct { const char *suffix; const float **norm; } norms[] = {{"attn_norm", &lw->rms_att}, {a->ffn_norm, &lw->rms_ffn}};
+        for (int i = 0; i < 2; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, norms[i].suffix);
+            if (gguf_weight(g, name, 1, c->dim, NULL, norms[i].norm, path)) return -1;
+        }
+        for (int k = 0; k < LAYER_MATRICES; k++) {
+            const LayerMatrix *lm = &layer_matrices[k];
+            if (lm->ffn && c->n_experts > 0) continue; // experts instead
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, lm->gguf);
+            if (gguf_weight(g, name, config_size(c, lm->rows), config_size(c, lm->cols), layer_matrix(lw, k), NULL, path))
+                return -1;
+        }
         if (c->n_experts > 0) { // the router and the experts instead of the dense feed-forward
-            n_parts -= 3;
             Matrix *experts = w->experts + (size_t)l * c->n_experts * 3;
             lw->experts = experts;
             snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
@@ -8984,10 +9013,6 @@ static int gguf_weights(TransformerWeights *w, const Config *c, const Gguf *g, c
                 gguf_experts(g, l, "ffn_up_exps", c->n_experts, c->hidden_dim, c->dim, experts + 2, path))
                 return -1;
             lw->router.kernel = lw->router.type == TYPE_F32 ? KERNEL_F32 : KERNEL_ROWS; // small: not repacked
-        }
-        for (int i = 0; i < n_parts; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, parts[i].suffix);
-            if (gguf_weight(g, name, parts[i].rows, parts[i].cols, parts[i].m, parts[i].vec, path)) return -1;
         }
     }
     return gguf_check_used(g, c, path);
@@ -9555,17 +9580,15 @@ static int write_runc_tensors(FILE *f, const Transformer *t, const int *types, f
     for (int l = 0; l < c->n_layers && !err; l++) err = write_floats(f, w->layers[l].rms_ffn, c->dim);
     err = err || write_padding(f) || write_floats(f, w->rms_final, c->dim);
     err = err || write_padding(f) || write_matrix(f, &w->token_embedding, types[0], rows, out, "the token embedding", -1);
-    static const char *const names[7] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-    for (int part = 0; part < 7 && !err; part++) { // wq wk wv wo w1 w2 w3, each stacked over layers
+    for (int part = 0; part < LAYER_MATRICES && !err; part++) { // each of layer_matrices, stacked over layers
         err = write_padding(f);
-        for (int l = 0; l < c->n_layers && !err; l++) {
-            const LayerWeights *lw = &w->layers[l];
-            const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-            err = write_matrix(f, m[part], types[1 + part * c->n_layers + l], rows, out, names[part], l);
-        }
+        for (int l = 0; l < c->n_layers && !err; l++)
+            err = write_matrix(f, layer_matrix(&w->layers[l], part), types[1 + part * c->n_layers + l], rows, out,
+                               layer_matrices[part].name, l);
     }
     if (!c->shared_classifier)
-        err = err || write_padding(f) || write_matrix(f, &w->wcls, types[1 + 7 * c->n_layers], rows, out, "the classifier", -1);
+        err = err || write_padding(f) ||
+              write_matrix(f, &w->wcls, types[1 + LAYER_MATRICES * c->n_layers], rows, out, "the classifier", -1);
     return err ? -1 : 0;
 }
 
@@ -9720,13 +9743,16 @@ static QuantShape quant_shape(const Config *c) {
 // The type of matrix index (runc_type's order) when quantizing to dtype.
 static int matrix_dtype(int dtype, const Config *c, int index) {
     if (!is_mix(dtype)) return dtype;
-    static const int categories[7] = {CAT_ATTN_Q, CAT_ATTN_K, CAT_ATTN_V, CAT_ATTN_OUTPUT, CAT_FFN_GATE,
-                                      CAT_FFN_DOWN, CAT_FFN_UP};
-    int L = c->n_layers, part = index >= 1 && index <= 7 * L ? (index - 1) / L : -1, layer = (index - 1) % L;
-    int q_dim = c->n_heads * c->head_size, cols[7] = {c->dim, c->dim, c->dim, q_dim, c->dim, c->hidden_dim, c->dim};
-    int category = part >= 0 ? categories[part] : index == 0 ? CAT_TOKEN_EMBD : CAT_OUTPUT;
+    int L = c->n_layers, part = index >= 1 && index <= LAYER_MATRICES * L ? (index - 1) / L : -1, layer = (index - 1) % L;
+    int category = index == 0 ? CAT_TOKEN_EMBD : CAT_OUTPUT, cols = c->dim;
+    if (part >= 0) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.weight", layer_matrices[part].gguf);
+        category = tensor_category(name);
+        cols = config_size(c, layer_matrices[part].cols);
+    }
     QuantShape q = quant_shape(c);
-    int type = tensor_dtype(dtype, &q, category, part >= 0 ? layer : 0, part >= 0 ? cols[part] : c->dim, 0);
+    int type = tensor_dtype(dtype, &q, category, part >= 0 ? layer : 0, cols, 0);
     return type < 0 ? TYPE_F16 : type;
 }
 
@@ -9737,7 +9763,7 @@ static int dtype_writable(int dtype) {
 
 // The type of the first matrix of w that is quantized already, or -1.
 static int quantized_type(const TransformerWeights *w, int n_layers) {
-    for (int i = 0; i <= 7 * n_layers; i++) {
+    for (int i = 0; i <= LAYER_MATRICES * n_layers; i++) {
         const Matrix *m = model_matrix((TransformerWeights *)w, n_layers, i); // only read
         if (m->type != TYPE_F32 && m->type != TYPE_F16 && m->type != TYPE_BF16) return m->type;
     }
@@ -10075,7 +10101,7 @@ static void put_spm_vocab(Buffer *b, uint64_t *n_kv, const Tokenizer *tk) {
 // A llama2.c or run.c checkpoint as GGUF's llama architecture: its config
 // as metadata, its tokenizer tk, its tensors in llama.cpp's names (the
 // same weights: both store RoPE's pairs side by side). out: room for
-// 3 + 9 * n_layers.
+// 3 + (2 + LAYER_MATRICES) * n_layers.
 static int model_tensors(const Transformer *t, const Tokenizer *tk, OutTensor *out, Buffer *meta, uint64_t *n_kv) {
     const Config *c = &t->config;
     const TransformerWeights *w = &t->weights;
@@ -10100,18 +10126,17 @@ static int model_tensors(const Transformer *t, const Tokenizer *tk, OutTensor *o
     if (!c->shared_classifier)
         out_tensor(&out[n++], "output.weight", w->wcls.data, w->wcls.type, 2,
                    (uint64_t[]){(uint64_t)w->wcls.cols, (uint64_t)w->wcls.rows});
-    static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_down", "ffn_up"};
     for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *lw = &w->layers[l];
-        const Matrix *m[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
+        LayerWeights *lw = &w->layers[l];
         char name[64];
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         out_tensor(&out[n++], name, lw->rms_att, TYPE_F32, 1, dim);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
         out_tensor(&out[n++], name, lw->rms_ffn, TYPE_F32, 1, dim);
-        for (int k = 0; k < 7; k++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, names[k]);
-            out_tensor(&out[n++], name, m[k]->data, m[k]->type, 2, (uint64_t[]){(uint64_t)m[k]->cols, (uint64_t)m[k]->rows});
+        for (int k = 0; k < LAYER_MATRICES; k++) {
+            const Matrix *m = layer_matrix(lw, k);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, layer_matrices[k].gguf);
+            out_tensor(&out[n++], name, m->data, m->type, 2, (uint64_t[]){(uint64_t)m->cols, (uint64_t)m->rows});
         }
     }
     return n;
@@ -10127,7 +10152,7 @@ int quantize_gguf(const Transformer *t, const Tokenizer *tk, const char *in_path
     if (t->is_gguf && gguf_parse(&g, t->map, t->map_size, in_path) != 0) return -1;
     int64_t alignment = GGUF_ALIGNMENT;
     gguf_int(&g, "general.alignment", GGUF_ALIGNMENT, &alignment);
-    int n = t->is_gguf ? (int)g.n_tensors : 3 + 9 * t->config.n_layers, err = 0, already = -1;
+    int n = t->is_gguf ? (int)g.n_tensors : 3 + (2 + LAYER_MATRICES) * t->config.n_layers, err = 0, already = -1;
     OutTensor *tensors = calloc((size_t)n + 1, sizeof *tensors);
     Matrix *sources = calloc((size_t)n + 1, sizeof *sources);
     Buffer meta = {0};
@@ -10311,9 +10336,11 @@ static double weight_bytes(const Transformer *t) {
     const Matrix *cls = &t->weights.wcls;
     double bytes = (double)cls->rows * type_row_bytes(cls->type, cls->cols);
     for (int l = 0; l < t->config.n_layers; l++) { // each layer: a mix gives layers different types
-        const LayerWeights *lw = &t->weights.layers[l];
-        const Matrix *m[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w1, &lw->w2, &lw->w3};
-        for (int i = 0; i < 7; i++) bytes += (double)m[i]->rows * type_row_bytes(m[i]->type, m[i]->cols);
+        LayerWeights *lw = &t->weights.layers[l];
+        for (int k = 0; k < LAYER_MATRICES; k++) {
+            const Matrix *m = layer_matrix(lw, k);
+            bytes += (double)m->rows * type_row_bytes(m->type, m->cols);
+        }
         if (!lw->experts) continue;
         // a mixture of experts: the router, and the experts a token runs (as large as expert 0's three)
         bytes += (double)lw->router.rows * type_row_bytes(lw->router.type, lw->router.cols);

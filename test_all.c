@@ -2838,7 +2838,7 @@ static void quantize_like_llama_cpp(const char *gguf_name, const char *const *ar
     if (transformer_open(&theirs, gguf_path) != 0) { report(name, 0, "%s", error_message); transformer_close(&ours); return; }
     int n = 0, differ = 0;
     char first[128] = "";
-    for (int i = -1; i < 7 * ours.config.n_layers + 1 && ours.config.n_layers == theirs.config.n_layers; i++, n++) {
+    for (int i = -1; i < LAYER_MATRICES * ours.config.n_layers + 1 && ours.config.n_layers == theirs.config.n_layers; i++, n++) {
         const Matrix *a = i < 0 ? &ours.weights.token_embedding : model_matrix(&ours.weights, ours.config.n_layers, i);
         const Matrix *b = i < 0 ? &theirs.weights.token_embedding : model_matrix(&theirs.weights, theirs.config.n_layers, i);
         size_t bytes = (size_t)a->rows * type_row_bytes(a->type, a->cols);
@@ -4365,8 +4365,8 @@ static void test_runc_v2(const CliFiles *f) {
     unsigned char *data = (unsigned char *)v2.data;
     for (int i = 0; i < runc_matrix_count(&t.config); i++, n++) {
         int L = t.config.n_layers, part = (i - 1) / L, layer = (i - 1) % L; // the table's order: part by part
-        const Matrix *m = i == 0 ? &t.weights.token_embedding : i == 1 + 7 * L ? &t.weights.wcls
-                                 : model_matrix(&t.weights, L, 7 * layer + part);
+        const Matrix *m = i == 0 ? &t.weights.token_embedding : i == 1 + LAYER_MATRICES * L ? &t.weights.wcls
+                                 : model_matrix(&t.weights, L, LAYER_MATRICES * layer + part);
         bad += m->type != (int)get_le32(data + 256 + 4 * i) || m->type != matrix_dtype(DTYPE_Q4_K_M, &t.config, i);
     }
     int version = (int)get_le32(data + 4), last_v = (int)get_le32(data + 256 + 4 * (1 + 2 * t.config.n_layers + t.config.n_layers - 1));
