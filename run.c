@@ -204,8 +204,7 @@ typedef struct {
 // Positions per prefill block: forward_batch evaluates longer runs block by
 // block. A multiple of every TILE_TOKENS, so BATCH * cols floats are enough
 // room for the F32 prefill tiles. 128 rather than 64: the AMX kernels decode
-// each weight block once per block of positions (tl1b Q4_K_M prefill, 2
-// threads: 282 -> 301 tok/s).
+// each weight block once per block of positions, so longer blocks decode less.
 #define BATCH 128
 
 // What the matrix products (engine room) need besides their operands, for
@@ -326,9 +325,8 @@ static void threads_end(ThreadChoice *tc, int positions);
 
 // The run state's own buffers (not the products' scratch) start on 64-byte
 // lines, so that a vector load of a key, a value or a query does not
-// straddle two lines (glibc's large blocks start 16 bytes into a page:
-// attention's scores took 1.3x and its values 1.6x as long; tl1b, one
-// thread, data in cache).
+// straddle two lines (glibc's large blocks start 16 bytes into a page,
+// and straddling loads made attention markedly slower).
 
 // n zeroed elements of size bytes, aligned; NULL if out of memory.
 static void *zeros_aligned(size_t n, size_t size) {
@@ -3253,7 +3251,7 @@ __attribute__((unused)) static void quantize_q8_0_plain(void *out, const float *
 // quantize_q8_0_plain's SIMD twin, the same bytes: -m quantize writes every
 // Q8_0 weight with it, and the row kernels (NEON) quantize x with it on one
 // thread before each product (the plain loop, its roundf and fmaxf calls,
-// took 7% of generation when AVX2 builds ran the row kernels, tl1b Q4_0).
+// was a visible share of generation).
 // roundf rounds halves away from zero: NEON's vrndaq does that; on AVX2,
 // the value truncated, plus its sign where the part cut off (exact in
 // float) is at least a half. The saturating packs are the clamp to
@@ -5198,11 +5196,7 @@ static float dot_f32(const float *a, const float *b, int n) {
    equal it bit for bit. Each kernel reads either cache type (f16 a
    constant once inlined): the fp16 cache (--kv f16) holds keys and values
    rounded to half precision, widened as they are loaded, which halves the
-   cache's memory and traffic. When attention took its keys one dot
-   product at a time and added each position's values through memory, the
-   fp16 cache was no faster than the fp32 one at 2000 positions; read as
-   the fp32 one is, it is 7-13% faster (tl1b Q4_K_M, 2 threads, AVX-512:
-   31-32 -> 37.5 tok/s; BENCHMARKS.md). */
+   cache's memory and traffic (its gain at long context: BENCHMARKS.md). */
 
 // out += a * v, an fp16 row
 static void axpy_f16_plain(float *out, float a, const uint16_t *v, int n) {
@@ -5554,8 +5548,8 @@ static float max_row_plain(const float *x, int n, float max) {
 
 // The largest of x[0..n) (n >= 1), for softmax's shift. The compare in a
 // loop is serial, and GCC does not vectorize it (the order of the compares
-// decides which zero or NaN is kept): one compare per score, 2.5 of
-// attention's 18 us per layer (tl1b, 193 positions, one thread). The
+// decides which zero or NaN is kept): one compare per score, a seventh of
+// attention's time. The
 // vectors' max returns the same value, but for the sign of a zero maximum,
 // which softmax subtracts to the same result. NaN: softmax's output is NaN
 // either way.
@@ -5872,9 +5866,8 @@ static size_t packed_size(const Matrix *m) {
 }
 
 // Block gb = g * col_blocks + b: its quants, and its 16 rows' scales (all
-// quants come first, then all scales, so a thread reads two streams: with
-// each block's scales beside its quants, one stream, tl1b Q6_K generated
-// 5-22% slower on Zen 4; BENCHMARKS.md).
+// quants come first, then all scales, so a thread reads two streams: one
+// stream of both was slower on AMD; BENCHMARKS.md).
 static const unsigned char *packed_quants(const Matrix *m, size_t gb) {
     return m->packed + gb * type_traits[m->type].packed_bytes;
 }
@@ -6064,34 +6057,19 @@ static void packed_position_plain(float *out, const Matrix *m, int g, const ActB
 // of quants ahead of the block they compute, a block's worth of lines per
 // block, twice: prefetch_far_bytes ahead (from memory) and
 // PREFETCH_L1_BYTES ahead into L1 (from wherever the first request put
-// it), so the loads themselves do not wait. tl1b Q4_K_M, 2 threads: 37.6
-// -> 45 tok/s (BENCHMARKS.md).
+// it), so the loads themselves do not wait.
 #define PREFETCH_L1_BYTES 2048
 
-// The far request depends on the machine (BENCHMARKS.md;
-// tl1b generation, 2 threads):
-// - Intel Sapphire Rapids (our 2 threads an SMT pair of one core):
-//   PREFETCHT1 (into L2) 4 KB ahead; 8-16 KB lose 4-5%. On a later Intel
-//   Xeon with our threads on two cores the same won or tied
-//   every variant: no requests -8% (Q6_K) to -24% (Q4_K_M), PREFETCHNTA
-//   -51%, T0 alone farther than 2 KB -7 to -16%. Except for Q6_K's
-//   512-bit kernel, which there reads more with the T0 request alone
-//   (prefetch_near; 16-30 rounds): generation +3.7%, its
-//   products alone +3.5-4.1%; T1 2 KB ahead as well +1.9%, T1 only where
-//   a 4 KB page starts +4.2%. The other types lose without their T1:
-//   Q8_0 and Q4_0 4-9%, Q3_K 5.4%, IQ4_XS 3.4%, Q4_K_M 4.2%; Q5_K level.
-// - AMD Zen 5: PREFETCHNTA (in AMD's guides, a fill of L1 not kept in L2
-//   afterwards; Zen drops PREFETCHT1 at times) 6 KB ahead, the K-quants
-//   a block's lines in one burst (prefetch_share). The best distance
-//   followed the memory's speed, which switches by the minute: 4 KB won
-//   at 50 GB/s, 8 KB at 75, and 6 KB came within 1.4% of the better at both.
-// - AMD Zen 4: PREFETCHNTA 2 KB ahead, where both requests name the same
-//   line: against 6 KB, Q8_0 +14% and Q4_0 +11%; 1, 1.5 and 3 KB lose
-//   7-15%. Q4_K and Q8_0's AVX-512 kernel ask for nothing (prefetch_skip):
-//   the hardware prefetchers keep up with them alone and the requests only
-//   cost (+6.4% and +18% at fast memory without them). The other types
-//   keep theirs: without them they lost up to 11% (Q5_0), and none gained
-//   at both speeds (IQ4_XS +2% fast, -3.8% slow; Q2_K level).
+// The far request's kind and distance depend on the machine, and some
+// types' kernels do best asking for nothing; each choice below is the best
+// measured on its machine ("Prefetch distances and kernel choices" in BENCHMARKS.md):
+// - Intel: PREFETCHT1 (into L2) 4 KB ahead; Q6_K's 512-bit kernel only the
+//   near request (prefetch_near).
+// - AMD Zen 5: PREFETCHNTA (a fill of L1 not kept in L2; AMD drops T1 at
+//   times) 6 KB ahead, a K-quant block's lines in one burst.
+// - AMD Zen 3 and 4: PREFETCHNTA 2 KB ahead (both requests the same line);
+//   Q4_K, and Q8_0's AVX-512 kernel, ask for nothing (prefetch_skip): the
+//   hardware prefetchers keep up with them and the requests only cost.
 // choose_prefetch sets these once, at load.
 static size_t prefetch_far_bytes = 4096;
 static int prefetch_far_nta = 0;   // 1: PREFETCHNTA, 0: PREFETCHT1
@@ -6130,10 +6108,8 @@ static size_t prefetch_distance(int type) {
 
 // The line far bytes past p, and the one PREFETCH_L1_BYTES past it into L1
 // (a prefetch never faults; the callers stop at about the matrix's end).
-// Where far is PREFETCH_L1_BYTES both name the same line. On Zen 4 (NTA)
-// each is needed: tl1b Q6_K lost 4-5% with either alone, 16% with both at
-// every other line; on Intel (T1) T0 goes alone (Q6_K with
-// prefetch_near: T1 as well lost 1.6%). Always inlined, like
+// Where far is PREFETCH_L1_BYTES both name the same line: on AMD (NTA)
+// both requests are needed, on Intel (T1) T0 goes alone. Always inlined, like
 // prefetch_ahead: a call that only prefetches has no effect GCC must keep.
 // The hint is an immediate, hence the branch (the same way every time:
 // free).
@@ -6154,10 +6130,9 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const unsigned 
 
 // The K-quants' requests far ahead at sub-block j of n_subs, for the lines
 // of a block's quants (the callers stop at about the matrix's end): a share
-// with each sub-block, or with prefetch_burst all at the first. The burst
-// streamed more on Zen 5 (tl1b Q4_K_M +4.4% at 50 GB/s); on Zen 4 its 64
-// to 96 requests at once left the kernels waiting on memory (tl1b Q4_K_M
-// 34 tok/s with the burst, 59-63 with the requests spread).
+// with each sub-block, or with prefetch_burst all at the first: the burst
+// streams more on Zen 5, while on Zen 4 its 64 to 96 requests at once
+// leave the kernels waiting on memory.
 static inline __attribute__((always_inline)) void prefetch_share(const unsigned char *quants, size_t far, int lines, int j, int n_subs) {
     int first = prefetch_burst ? (j == 0 ? 0 : lines) : j * lines / n_subs, end = prefetch_burst ? lines : (j + 1) * lines / n_subs;
     for (int l = first; l < end; l++) prefetch_line(quants + 64 * l, far);
@@ -6564,8 +6539,7 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    bits 0-2 and 3-5 of vector n (n < 3); chunk 8s + 6's low two bits in the
    top of vector 0, chunk 8s + 7's in the top of vector 1, and their third
    bits in bits 6 and 7 of vector 2: eight chunks in 19 operations, where
-   the planes took about 36, and one stream (tl1b Q3_K_M generation +1.8%
-   at fast memory, level at slow; BENCHMARKS.md).
+   the planes took about 36, and one stream.
    Then, per (g, b), the scales: d[16] (fp16), dmin[16] (fp16, types with
    mins), sc[n_subs][16], m[n_subs][16] (types with mins): sub-block j's
    scale and min of row r at [j][r], one byte each; except that Q4_K and
@@ -6609,7 +6583,7 @@ static PackedK packed_k_format(int type) {
 // Where each plane starts in a super-block's quants, the smallest first,
 // and where the scale bytes start in its meta. Q5_K's first sub-block reads
 // all of its 1-bit plane: stored first, the block is read in order, one
-// stream (tl1b Q5_K_M generation +4.9% against the 4-bit plane first).
+// stream, which the hardware prefetchers follow.
 static int plane_start(PackedK f, int plane) {
     int at = 0;
     if (plane == 1) return at;
@@ -6624,10 +6598,8 @@ static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
 // The 4-bit plane's vector holding chunk c, and whether in its high
 // nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
 // sub-blocks) in its own 4 vectors, so a block is read once, in order.
-// Chunk v and v + 32 in vector v, the layout before this one, read the plane
-// twice, its first four sub-blocks taking every line. tl1b generation
-// this way: Q4_K_M +6.4% at fast memory and about +2% at slow, Q5_K_M
-// +7% at both; prefill level.
+// (Chunk v and v + 32 in one vector would read the plane twice, its first
+// four sub-blocks taking every line: slower generation.)
 static int nibble_vector(int c) { return 4 * (c / 8) + c % 4; }
 static int nibble_high(int c) { return c % 8 >= 4; }
 
@@ -6636,16 +6608,11 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 
 // Generation asks for a K-type's lines prefetch_far_bytes ahead (unless
 // prefetch_skip says not to), as for the 32-value types: each type's
-// block of quants is read in order, one stream, which on AMD Zen 4 the
-// hardware prefetchers follow (2 KB there; a Q6_K product read 87-94% of
-// the bandwidth at 2 KB, 71-83% two blocks ahead, 73-88% without). Q4_K
-// asks for nothing: since its 4-bit plane is read in order
-// the prefetchers keep up with it alone (tl1b Q4_K_M +6.4% at fast
-// memory, 84.5% -> 90.5% of the bandwidth); the same switch
-// lost 0.7-4% for Q3_K, Q5_K and Q6_K. Two planes read side by side (the
-// layouts before Q3_K's, Q5_K's and Q6_K's present ones) were two streams:
-// without requests, a Q6_K product read 32% of the bandwidth on one
-// thread, against 91% now.
+// block of quants is read in order, one stream, which the hardware
+// prefetchers follow. On AMD Q4_K asks for nothing: its 4-bit plane read
+// in order, the prefetchers keep up with it alone (the other K-types lose
+// without their requests). Planes read side by side would be two streams,
+// which the prefetchers follow badly.
 #endif
 
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
@@ -6755,10 +6722,8 @@ static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *q
 }
 
 // pack_k_row_as compiled for each type (a constant once inlined: the
-// unpacking's and the planes' branches fold away). Packing was most of
-// the start of tl1b Q4_K_M; with the kernel zeroing the new pages it
-// still is the larger part (start to first token, median of 5: 1.52 ->
-// 0.86 s).
+// unpacking's and the planes' branches fold away): packing is the larger
+// part of a quantized model's start.
 static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
     switch (type) {
     case TYPE_Q2_K: pack_k_row_as(quants, meta, r, block, TYPE_Q2_K); break;
@@ -6906,8 +6871,7 @@ static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsign
 // Q4_K's and Q5_K's eight sub-blocks' scales and mins at once: packed_k_scales'
 // steps on 512 bits, sub-block j's 16 bytes in 128-bit lane j % 4 of sc[j / 4]
 // and m[j / 4]. About 26 operations a block (with taking out the lanes)
-// where one sub-block at a time took about 64: tl1b Q4_K_M generation
-// +1.5% at fast memory, level at slow.
+// where one sub-block at a time took about 64.
 static inline __attribute__((always_inline)) void k4_scales_all(__m512i sc[2], __m512i m[2], const unsigned char *k4) {
     __m512i a = _mm512_loadu_si512(k4), b = _mm512_loadu_si512(k4 + 64), c = _mm512_loadu_si512(k4 + 128);
     __m512i six_bits = _mm512_set1_epi8(63), low_four = _mm512_set1_epi8(15), bits_4_5 = _mm512_set1_epi8(0x30);
@@ -6944,10 +6908,8 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
         // In generation Q4_K's high nibbles (a sub-block's last four
         // chunks) are multiplied where they lie, as 16 q (at most 240 * 128
         // * 16 a sum, far from overflow), in a sum of their own: a multiple
-        // of 16, divided back exactly, one shift where each chunk took one
-        // (tl1b Q4_K_M, 2 threads, one process: +1.3% against shifting each
-        // chunk at fast memory, -1.6% at slow, within the spread). Prefill
-        // shifts each chunk: its tiles' second sums per position cost 3.4%.
+        // of 16, divided back exactly, one shift where each chunk took one.
+        // Prefill shifts each chunk: its tiles' second sums per position cost more.
         int in_place = f.planes == 4 && !f.lookup && n_t == 1;
         __m512i w[8];
         #pragma GCC unroll 8
@@ -7195,9 +7157,8 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
    do (at most 2 * 127 * 127 a pair). AVX-VNNI builds take VNNI steps in
    prefill tiles only (packed_k_sums_vnni: each sub-block's sum in int32,
-   times the scale with a 32-bit multiply): prefill 10-17% faster, where
-   generation the same way was 12% slower at fast memory (Q6_K, 55 against
-   63 tok/s, tl1b, 2 threads, Zen 5). */
+   times the scale with a 32-bit multiply): faster in prefill, but slower
+   in generation at fast memory (BENCHMARKS.md). */
 
 // Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
 // values add up to the bits), by |x| <= 127, two to an int16.
@@ -7578,9 +7539,8 @@ static void product_group(float *const *outs, const Matrix *const *ms, int gi, c
    prefetchers to follow. A thread whose run is done moves the back half of
    the longest run left into its own, and goes on there: on a shared machine
    two threads do not run equally fast, and this way neither idles while
-   more than a group is left, without cutting the streams short. Against
-   OpenMP's dynamic schedule in turns of a quarter of the groups, tl1b
-   generation (2 threads) +2-3% on Q4_K_M, Q8_0 and Q4_0, +0.6% on Q6_K.
+   more than a group is left, without cutting the streams short (faster
+   than OpenMP's dynamic schedule: BENCHMARKS.md).
    A run is one word, next << 32 | end, so that its owner taking a group
    from the front and a thief cutting off the back change it with one
    compare-and-swap. One cache line each, so that owners do not slow each
@@ -7611,8 +7571,7 @@ static void start_runs(WorkRun *runs, int nt, int total) {
 // Takes a quarter of what is left of run r (at least a group) from its
 // front: the first group taken, and in *count how many; 0 when r is empty.
 // Not a group at a time: a compare-and-swap is a locked instruction (a full
-// fence on x86), and with one per group perf put 7% of a generation run's
-// samples on it.
+// fence on x86), and one per group showed in generation's profile.
 static int take_groups(WorkRun *r, int *first) {
     uint64_t word = atomic_load_explicit(&r->groups, memory_order_relaxed);
     while (run_left(word) > 0) {
@@ -7648,11 +7607,8 @@ static int steal_groups(WorkRun *runs, int nt, int me) {
 
 // matmul_packed for one position: x is quantized once, before the threads
 // start, and each thread works through its run of the total row groups.
-// Not once by each thread, as before: at fast memory our two vCPUs sit far
-// apart (a cache line's round trip between them 335 ns, against 54 ns at
-// slow memory), and the second thread had first to read all of x from the
-// first one's cache, then quantize it: 1.9 us against 0.7 before its
-// first group. tl1b Q4_K_M generation +1.2% at fast memory, level at slow.
+// Not once by each thread: two vCPUs may sit far apart, and the second
+// thread would first read all of x from the first one's cache.
 static void matmul_packed_one(float *const *outs, const Matrix *const *ms, const float *x, int total, MatmulScratch *mm) {
     int cols = ms[0]->cols, type = ms[0]->type, nt = threads_available();
     ActBlock *xq = mm->act_blocks;
@@ -7751,11 +7707,10 @@ static void matmul_rows(float *out, const float *x, int n, const Matrix *m, Matm
         act = mm->act;
     }
     float (*dot)(const void *, const void *, int) = use_plain_kernels ? tt->dot_plain : tt->dot;
-    // Prefill takes rows four at a time where the type can (measured when
-    // AVX2 ran the row kernels, x86-64-v3, tl1b, 2 threads: Q4_0 72.7 ->
-    // 82.7 tok/s, Q8_0 84.7 -> 95.1); generation
-    // one at a time: four rows read side by side, a block of each in turn,
-    // went at half the speed (the hardware prefetchers lost the streams)
+    // Prefill takes rows four at a time where the type can (each activation
+    // block is read once for four rows); generation one at a time: four rows
+    // read side by side, a block of each in turn, lose the hardware
+    // prefetchers' streams
     int step = n > 1 && tt->dot4 && !use_plain_kernels ? 4 : 1, units = (m->rows + step - 1) / step, u;
     #pragma omp parallel for private(u) schedule(static)
     for (u = 0; u < units; u++) {
@@ -7772,8 +7727,7 @@ static void matmul_rows(float *out, const float *x, int n, const Matrix *m, Matm
 
 // Whether packed matrices of types a and b take x quantized the same way,
 // so that one region serves both: one type, or two K-quants (x as Q8_K
-// rows; a Q4_K_M layer's Q4_K wq and wk with its Q6_K wv: generation
-// +0.4-0.8%, tl1b, 2 threads).
+// rows; a Q4_K_M layer's Q4_K wq and wk with its Q6_K wv).
 static int same_packed_x(int a, int b) {
     return a == b || (type_traits[a].act_type == TYPE_Q8_K && type_traits[b].act_type == TYPE_Q8_K);
 }
@@ -10241,7 +10195,7 @@ static uint64_t *bench_array(void) {
 // Read bandwidth in GB/s: the best of BANDWIDTH_PASSES passes summing the
 // array (as 64-bit integers, which vectorize), split across the threads; 0
 // if a sum is wrong. The best, not one pass: a single pass after other
-// work often reads slower (29 against 32 GB/s), and a low ceiling would
+// work often reads slower, and a low ceiling would
 // flatter the model's share of it.
 #define BANDWIDTH_PASSES 3
 static double read_bandwidth(const uint64_t *a) {
