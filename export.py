@@ -8,8 +8,9 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
-  --hf DIR       a Hugging Face Llama directory: config.json and
-                 model.safetensors, sharded model-*-of-*.safetensors (with
+  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+                 config.json and model.safetensors, sharded
+                 model-*-of-*.safetensors (with
                  model.safetensors.index.json), or pytorch_model*.bin (needs
                  torch). Safetensors may hold F32, F16 or BF16 tensors.
   --meta DIR     Meta's params.json and consolidated.*.pth (needs torch).
@@ -27,7 +28,10 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --hf writes GGUF version 3, tokenizer included, when the directory's
   tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
   config has rope_scaling (llama3 or linear), attention biases or
-  model_type qwen2: the file llama.cpp's convert_hf_to_gguf.py writes for
+  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms) or
+  qwen3_moe (GGUF qwen3moe: experts stacked into 3-D tensors; refused
+  unless norm_topk_prob is true, as llama.cpp and run.c renormalize the
+  top-k weights): the file llama.cpp's convert_hf_to_gguf.py writes for
   the same directory (keys, tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
@@ -770,7 +774,7 @@ def mix_type(c, mix, kind, layer, row_len):
 
 
 # The GGUF writer (version 3, little-endian), for models run.c's own format
-# cannot hold: byte-level BPE tokenizers, scaled RoPE, biases, Qwen2. The
+# cannot hold: byte-level BPE tokenizers, scaled RoPE, biases, Qwen2, Qwen3. The
 # file is the one llama.cpp's convert_hf_to_gguf.py writes for the same
 # directory: the same keys, tensor names, layouts and rope_freqs values.
 
@@ -1433,6 +1437,10 @@ class HFModel:
         expected |= {self.name(kind, layer, "bias") for kind in self.biases for layer in range(c.n_layers)}
         if "lm_head.weight" in self.store.files and c.shared_classifier:
             expected.add("lm_head.weight")  # tied: Hugging Face uses embed_tokens instead
+        for name in self.store.files:
+            if self.experts and re.search(r"\.mlp\.experts\.(gate_up_proj|down_proj)(\.weight)?$", name):
+                raise ExportError(f"{self.store.where(name)}: experts fused into one tensor are not supported; "
+                                  f"give each expert's gate_proj, up_proj and down_proj")
         for name in sorted(expected):
             if name not in self.store.files:
                 raise ExportError(f"{self.path}: tensor {name} is missing")
@@ -2255,7 +2263,7 @@ def parse_args(argv):
         epilog="examples: export.py model.bin --hf DIR | export.py --tokenizer tokenizer.model tok.bin")
     parser.add_argument("out", metavar="OUT.bin", help="the file to write")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama directory")
+    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory")
     source.add_argument("--meta", metavar="DIR", help="Meta consolidated.*.pth + params.json directory")
     source.add_argument("--llama2c", metavar="FILE", help="llama2.c checkpoint (version 0, 1 or 2)")
     source.add_argument("--tokenizer", metavar="FILE",

@@ -9205,7 +9205,7 @@ static void qwen3_export_tests(void) {
         {"Qwen3-MoE num_experts_per_tok 9 of 8", "models/arch/qwen3moe_f32.gguf", {"--set", "num_experts_per_tok=9"},
          "config.json", "num_experts_per_tok 9 is not in 1..num_experts (8)"},
         {"Qwen3-MoE without an expert's up_proj", "models/arch/qwen3moe_f32.gguf",
-         {"--drop", "model.layers.1.mlp.experts.5.up_proj.weight"}, "refuse-Qwen3-MoE-without",
+         {"--drop", "model.layers.1.mlp.experts.5.up_proj.weight"}, "refuse-Qwen3-MoE-without-an-expert-s-up-proj",
          "tensor model.layers.1.mlp.experts.5.up_proj.weight is missing"},
         {"Qwen3 q_norm of 63 values (head_dim 64)", "models/arch/qwen3_f32.gguf",
          {"--shorten", "model.layers.0.self_attn.q_norm.weight"}, "model.safetensors",
