@@ -768,7 +768,7 @@ def mix_type(c, mix, kind, layer, row_len):
         if many and use_more_bits(layer, n):
             t = "q6_k"
     if row_len % QK_K:
-        fallback = {"q2_k": "iq4_nl", "q3_k": "iq4_nl", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+        fallback = {"q2_k": "q4_0", "q3_k": "q4_0", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
         t = "f16" if row_len % QK else fallback[t]
     return t
 
