@@ -1458,13 +1458,14 @@ class HFModel:
         """One layer's expert matrices of one kind as (n_expert, rows, cols)."""
         c, ff = self.config, self.experts["ff"]
         shape = (c.dim, ff) if kind == "down_exps" else (ff, c.dim)
-        matrices = []
-        for name in self.expert_names(kind, layer):
+        names = self.expert_names(kind, layer)
+        stacked = np.empty((len(names),) + shape, dtype=np.float32)  # filled in place: one copy in memory
+        for e, name in enumerate(names):
             w = self.store.load(name)
             if tuple(w.shape) != shape:
                 raise ExportError(f"{self.store.where(name)} has shape {tuple(w.shape)}, expected {shape}")
-            matrices.append(w)
-        return np.stack(matrices)
+            stacked[e] = w
+        return stacked
 
     def tensor(self, kind, layer, suffix="weight"):
         """A weight (or bias) as float32; for architecture llama, wq and wk
