@@ -8,8 +8,9 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
-  --hf DIR       a Hugging Face Llama directory: config.json and
-                 model.safetensors, sharded model-*-of-*.safetensors (with
+  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+                 config.json and model.safetensors, sharded
+                 model-*-of-*.safetensors (with
                  model.safetensors.index.json), or pytorch_model*.bin (needs
                  torch). Safetensors may hold F32, F16 or BF16 tensors.
   --meta DIR     Meta's params.json and consolidated.*.pth (needs torch).
@@ -27,7 +28,10 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --hf writes GGUF version 3, tokenizer included, when the directory's
   tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
   config has rope_scaling (llama3 or linear), attention biases or
-  model_type qwen2: the file llama.cpp's convert_hf_to_gguf.py writes for
+  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms) or
+  qwen3_moe (GGUF qwen3moe: experts stacked into 3-D tensors; refused
+  unless norm_topk_prob is true, as llama.cpp and run.c renormalize the
+  top-k weights): the file llama.cpp's convert_hf_to_gguf.py writes for
   the same directory (keys, tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
@@ -93,6 +97,7 @@ QK = 32  # values per Q8_0 / Q4_0 block
 # The largest sizes run.c accepts (run.c's MAX_* limits).
 MAX_DIM, MAX_HIDDEN, MAX_LAYERS = 1 << 16, 1 << 20, 1 << 12
 MAX_VOCAB, MAX_SEQ_LEN = 1 << 24, 1 << 24
+MAX_EXPERTS = 256
 
 
 class ExportError(Exception):
@@ -106,8 +111,9 @@ class Config:
     """The header fields of a run.c checkpoint."""
 
     def __init__(self, dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len,
-                 rope_theta=10000.0, norm_eps=1e-5, shared_classifier=True, bos_id=1, eos_id=2):
+                 rope_theta=10000.0, norm_eps=1e-5, shared_classifier=True, bos_id=1, eos_id=2, head_dim=None):
         self.dim, self.hidden_dim, self.n_layers = dim, hidden_dim, n_layers
+        self.head_dim = head_dim  # set only where it need not be dim / n_heads (Qwen3)
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.vocab_size, self.seq_len = vocab_size, seq_len
         self.rope_theta, self.norm_eps = rope_theta, norm_eps
@@ -116,7 +122,7 @@ class Config:
 
     @property
     def head_size(self):
-        return self.dim // self.n_heads
+        return self.head_dim or self.dim // self.n_heads
 
     def describe(self):
         return (f"dim {self.dim}, hidden_dim {self.hidden_dim}, {self.n_layers} layers, "
@@ -134,7 +140,7 @@ def check_config(c, where):
     if (c.dim > MAX_DIM or c.hidden_dim > MAX_HIDDEN or c.n_layers > MAX_LAYERS
             or c.vocab_size > MAX_VOCAB or c.seq_len > MAX_SEQ_LEN):
         raise ExportError(f"{where}: sizes beyond run.c's limits ({c.describe()})")
-    if c.dim % c.n_heads or c.n_heads % c.n_kv_heads:
+    if (c.head_dim is None and c.dim % c.n_heads) or c.n_heads % c.n_kv_heads:
         raise ExportError(f"{where}: dim {c.dim}, n_heads {c.n_heads}, n_kv_heads {c.n_kv_heads} "
                           "do not divide evenly")
     if c.head_size % 2:
@@ -762,13 +768,13 @@ def mix_type(c, mix, kind, layer, row_len):
         if many and use_more_bits(layer, n):
             t = "q6_k"
     if row_len % QK_K:
-        fallback = {"q2_k": "iq4_nl", "q3_k": "iq4_nl", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
+        fallback = {"q2_k": "q4_0", "q3_k": "q4_0", "q4_k": "q5_0", "q5_k": "q5_1", "q6_k": "q8_0"}
         t = "f16" if row_len % QK else fallback[t]
     return t
 
 
 # The GGUF writer (version 3, little-endian), for models run.c's own format
-# cannot hold: byte-level BPE tokenizers, scaled RoPE, biases, Qwen2. The
+# cannot hold: byte-level BPE tokenizers, scaled RoPE, biases, Qwen2, Qwen3. The
 # file is the one llama.cpp's convert_hf_to_gguf.py writes for the same
 # directory: the same keys, tensor names, layouts and rope_freqs values.
 
@@ -860,6 +866,8 @@ GGUF_NAMES = {
     "token_embedding": "token_embd", "rms_final": "output_norm", "wcls": "output",
     "rms_att": "attn_norm", "rms_ffn": "ffn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v",
     "wo": "attn_output", "w1": "ffn_gate", "w2": "ffn_down", "w3": "ffn_up",
+    "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "gate_inp": "ffn_gate_inp",
+    "gate_exps": "ffn_gate_exps", "up_exps": "ffn_up_exps", "down_exps": "ffn_down_exps",
 }
 
 
@@ -878,10 +886,11 @@ def gguf_model_tensors(source, dtype, out_path):
         gguf_name = GGUF_NAMES[kind] + "." + suffix
         if per_layer:
             gguf_name = f"blk.{layer}.{gguf_name}"
-        matrix = len(shape) == 2 and not kind.startswith("rms_")
+        # the router stays F32, as llama.cpp's converter keeps it
+        matrix = len(shape) >= 2 and not kind.startswith("rms_") and kind != "gate_inp"
         ggml_type = WEIGHT_TYPES[dtype] if matrix else 0
-        if matrix and ggml_type in (2, 8) and shape[1] % QK:
-            raise ExportError(f"{source.where(kind, layer, suffix)}: rows of {shape[1]} values are not whole "
+        if matrix and ggml_type in (2, 8) and shape[-1] % QK:
+            raise ExportError(f"{source.where(kind, layer, suffix)}: rows of {shape[-1]} values are not whole "
                               f"blocks of {QK}; use --dtype f32 or f16")
 
         def load():
@@ -891,7 +900,8 @@ def gguf_model_tensors(source, dtype, out_path):
                                   f"expected {shape}")
             if not np.isfinite(array).all():
                 raise ExportError(f"{source.where(kind, layer, suffix)} holds NaN or infinite values")
-            return encode_tensor(array, "rms_" if not matrix else kind, dtype if matrix else "f32")
+            rows = array.reshape(-1, shape[-1])  # the experts' matrices, one after another
+            return encode_tensor(rows, "rms_" if not matrix else kind, dtype if matrix else "f32")
         entries.append((gguf_name, shape, ggml_type, load))
 
     shapes = {kind: (per_layer, shape) for kind, per_layer, shape in runc_tensors(c)}
@@ -905,7 +915,17 @@ def gguf_model_tensors(source, dtype, out_path):
         add("wo", True, shapes["wo"][1], layer)
         if "wo" in source.biases:
             add("wo", True, (c.dim,), layer, "bias")
+        if source.qk_norm:
+            add("q_norm", True, (c.head_size,), layer)
+            add("k_norm", True, (c.head_size,), layer)
         add("rms_ffn", True, (c.dim,), layer)
+        if source.experts:
+            n_expert, ff = source.experts["count"], source.experts["ff"]
+            add("gate_inp", True, (n_expert, c.dim), layer)
+            add("gate_exps", True, (n_expert, ff, c.dim), layer)
+            add("up_exps", True, (n_expert, ff, c.dim), layer)
+            add("down_exps", True, (n_expert, c.dim, ff), layer)
+            continue
         for kind in ("w1", "w2", "w3"):
             add(kind, True, shapes[kind][1], layer)
     add("rms_final", False, (c.dim,), None)
@@ -934,6 +954,13 @@ def gguf_model_metadata(source, dtype, vocab_size):
         (f"{arch}.attention.layer_norm_rms_epsilon", GGUF_F32, c.norm_eps),
         (f"{arch}.rope.dimension_count", GGUF_U32, c.head_size),
     ]
+    if source.hf_config.get("head_dim") is not None:
+        meta += [(f"{arch}.attention.key_length", GGUF_U32, c.head_size),
+                 (f"{arch}.attention.value_length", GGUF_U32, c.head_size)]
+    if source.experts:
+        meta += [(f"{arch}.expert_count", GGUF_U32, source.experts["count"]),
+                 (f"{arch}.expert_used_count", GGUF_U32, source.experts["used"]),
+                 (f"{arch}.expert_feed_forward_length", GGUF_U32, source.experts["ff"])]
     if source.rope_scaling and source.rope_scaling["type"] == "linear":
         meta += [(f"{arch}.rope.scaling.type", GGUF_STRING, "linear"),
                  (f"{arch}.rope.scaling.factor", GGUF_F32, source.rope_scaling["factor"])]
@@ -1137,6 +1164,16 @@ HF_NAMES = {
     "w2": "model.layers.{}.mlp.down_proj.weight",
     "w3": "model.layers.{}.mlp.up_proj.weight",
     "wcls": "lm_head.weight",
+    "q_norm": "model.layers.{}.self_attn.q_norm.weight",
+    "k_norm": "model.layers.{}.self_attn.k_norm.weight",
+    "gate_inp": "model.layers.{}.mlp.gate.weight",
+}
+# The experts of a mixture-of-experts layer: one matrix per expert, which the
+# GGUF file stacks into one 3-D tensor per kind.
+HF_EXPERT_NAMES = {
+    "gate_exps": "model.layers.{}.mlp.experts.{}.gate_proj.weight",
+    "up_exps": "model.layers.{}.mlp.experts.{}.up_proj.weight",
+    "down_exps": "model.layers.{}.mlp.experts.{}.down_proj.weight",
 }
 
 
@@ -1203,19 +1240,39 @@ def open_hf_pickles(directory):
     return store
 
 
+def hf_head_dim(cfg, path, dim, n_heads):
+    """Qwen3's head size, which its config states (head_dim); None where it
+    must be dim / n_heads."""
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe"):
+        if cfg.get("head_dim", dim // n_heads) not in (None, dim // n_heads):
+            raise ExportError(f"{path}: head_dim {cfg['head_dim']} differs from hidden_size / "
+                              f"num_attention_heads = {dim // n_heads}; run.c needs them equal")
+        return None
+    # transformers defaults to 128 when it is absent, llama.cpp to dim / n_heads
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        raise ExportError(f"{path}: head_dim is missing; Qwen3's head size must be stated (transformers assumes "
+                          f"128, llama.cpp hidden_size / num_attention_heads)")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
+        raise ExportError(f"{path}: head_dim {head_dim!r} is not a positive even whole number")
+    if head_dim > MAX_DIM:
+        raise ExportError(f"{path}: head_dim {head_dim} is beyond run.c's limit {MAX_DIM}")
+    return head_dim
+
+
 def hf_config(directory, store, cfg, path):
-    """The run.c Config of a Hugging Face Llama or Qwen2 directory, or a refusal."""
+    """The run.c Config of a Hugging Face Llama, Qwen2 or Qwen3 directory, or a refusal."""
     get = lambda key, default=None: cfg[key] if cfg.get(key) is not None else default
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "vocab_size"):
         if not isinstance(cfg.get(key), int):
             raise ExportError(f"{path}: {key} is missing or not a whole number")
     dim, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    if n_heads <= 0 or dim % n_heads:
+    if n_heads <= 0:
+        raise ExportError(f"{path}: num_attention_heads {n_heads} is not positive")
+    head_dim = hf_head_dim(cfg, path, dim, n_heads)
+    if head_dim is None and dim % n_heads:
         raise ExportError(f"{path}: hidden_size {dim} is not a multiple of num_attention_heads {n_heads}")
-    if get("head_dim", dim // n_heads) != dim // n_heads:
-        raise ExportError(f"{path}: head_dim {cfg['head_dim']} differs from hidden_size / "
-                          f"num_attention_heads = {dim // n_heads}; run.c needs them equal")
     rope = get("rope_parameters", {})
     eos = get("eos_token_id", 2)
     if isinstance(eos, list):
@@ -1229,17 +1286,49 @@ def hf_config(directory, store, cfg, path):
         rope_theta=real(rope.get("rope_theta", get("rope_theta", 10000.0)), "rope_theta", path),
         norm_eps=real(get("rms_norm_eps", 1e-6), "rms_norm_eps", path),  # LlamaConfig's default
         shared_classifier=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in store.files,
-        bos_id=get("bos_token_id", 1), eos_id=eos)
+        bos_id=get("bos_token_id", 1), eos_id=eos, head_dim=head_dim)
+
+
+def hf_experts(cfg, path):
+    """{"count", "used", "ff"} of a Qwen3-MoE config (None for a dense
+    model), or a refusal of what run.c does not compute: dense layers
+    between the sparse ones, shared experts, top-k weights that are not
+    renormalized (llama.cpp and run.c always renormalize them)."""
+    if cfg.get("model_type") != "qwen3_moe":
+        return None
+    for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        if isinstance(cfg.get(key), bool) or not isinstance(cfg.get(key), int):
+            raise ExportError(f"{path}: {key} is missing or not a whole number")
+    count, used, ff = cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
+    if not 1 <= count <= MAX_EXPERTS:
+        raise ExportError(f"{path}: num_experts {count} is not in 1..{MAX_EXPERTS} (run.c's limit)")
+    if not 1 <= used <= count:
+        raise ExportError(f"{path}: num_experts_per_tok {used} is not in 1..num_experts ({count})")
+    if not 0 < ff <= MAX_HIDDEN:
+        raise ExportError(f"{path}: moe_intermediate_size {ff} is not in 1..{MAX_HIDDEN}")
+    if cfg.get("mlp_only_layers"):
+        raise ExportError(f"{path}: mlp_only_layers {cfg['mlp_only_layers']} is not empty; every layer must be "
+                          f"a mixture of experts")
+    if cfg.get("decoder_sparse_step", 1) != 1:
+        raise ExportError(f"{path}: decoder_sparse_step {cfg['decoder_sparse_step']} is not 1; every layer must be "
+                          f"a mixture of experts")
+    if cfg.get("shared_expert_intermediate_size"):
+        raise ExportError(f"{path}: shared_expert_intermediate_size is set; run.c has no shared experts")
+    if cfg.get("norm_topk_prob") is not True:
+        raise ExportError(f"{path}: norm_topk_prob is {'absent (false)' if 'norm_topk_prob' not in cfg else 'false'}: "
+                          f"the chosen experts' weights are not renormalized, which llama.cpp and run.c always do")
+    return {"count": count, "used": used, "ff": ff}
 
 
 # Hugging Face model_type -> (architectures, GGUF architecture).
-HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2")}
+HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+                    "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe")}
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 def check_hf_architecture(cfg, path):
-    """The GGUF architecture name ("llama" or "qwen2") of a config run.c can
-    compute exactly; refuses the others."""
+    """The GGUF architecture name ("llama", "qwen2", "qwen3" or "qwen3moe")
+    of a config run.c can compute exactly; refuses the others."""
     model_type, archs = cfg.get("model_type"), cfg.get("architectures")
     if model_type is None and archs is None:
         raise ExportError(f"{path}: has neither model_type nor architectures")
@@ -1259,6 +1348,8 @@ def check_hf_architecture(cfg, path):
         raise ExportError(f"{path}: use_sliding_window is true; run.c attends to the whole context")
     if cfg.get("quantization_config") is not None:
         raise ExportError(f"{path}: quantized checkpoints (quantization_config) are not supported")
+    if arch in ("qwen3", "qwen3moe") and cfg.get("attention_bias"):
+        raise ExportError(f"{path}: attention_bias is true; {arch} has no attention biases in llama.cpp or run.c")
     return arch
 
 
@@ -1293,8 +1384,8 @@ def hf_rope_scaling(cfg, path):
 
 
 class HFModel:
-    """Reads a Hugging Face Llama or Qwen2 directory: tensor() gives run.c's
-    tensors, gguf_tensors() llama.cpp's."""
+    """Reads a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+    tensor() gives run.c's tensors, gguf_model_tensors() llama.cpp's."""
 
     def __init__(self, directory):
         self.path = directory
@@ -1313,6 +1404,9 @@ class HFModel:
         self.biases = {"qwen2": ("wq", "wk", "wv")}.get(self.arch, ())
         if self.arch == "llama" and cfg.get("attention_bias"):
             self.biases = ("wq", "wk", "wv", "wo")
+        # Qwen3: RMSNorm over each head of q and k; Qwen3-MoE: experts
+        self.qk_norm = self.arch in ("qwen3", "qwen3moe")
+        self.experts = hf_experts(cfg, config_path)
         self.store = open_hf_tensors(directory)
         self.config = hf_config(directory, self.store, cfg, config_path)
         self.check_names()
@@ -1325,15 +1419,28 @@ class HFModel:
     def name(self, kind, layer, suffix="weight"):
         return HF_NAMES[kind].format(layer)[:-len("weight")] + suffix
 
+    def expert_names(self, kind, layer):
+        return [HF_EXPERT_NAMES[kind].format(layer, e) for e in range(self.experts["count"])]
+
     def check_names(self):
         """Every tensor present, none unexpected (biases, extra layers...)."""
         c = self.config
+        dense = ("w1", "w2", "w3") if self.experts else ()
         expected = {self.name(kind, layer)
-                    for kind, per_layer, _ in runc_tensors(c)
+                    for kind, per_layer, _ in runc_tensors(c) if kind not in dense
                     for layer in (range(c.n_layers) if per_layer else [None])}
+        extra = (("q_norm", "k_norm") if self.qk_norm else ()) + (("gate_inp",) if self.experts else ())
+        expected |= {self.name(kind, layer) for kind in extra for layer in range(c.n_layers)}
+        if self.experts:
+            expected |= {name for kind in HF_EXPERT_NAMES for layer in range(c.n_layers)
+                         for name in self.expert_names(kind, layer)}
         expected |= {self.name(kind, layer, "bias") for kind in self.biases for layer in range(c.n_layers)}
         if "lm_head.weight" in self.store.files and c.shared_classifier:
             expected.add("lm_head.weight")  # tied: Hugging Face uses embed_tokens instead
+        for name in self.store.files:
+            if self.experts and re.search(r"\.mlp\.experts\.(gate_up_proj|down_proj)(\.weight)?$", name):
+                raise ExportError(f"{self.store.where(name)}: experts fused into one tensor are not supported; "
+                                  f"give each expert's gate_proj, up_proj and down_proj")
         for name in sorted(expected):
             if name not in self.store.files:
                 raise ExportError(f"{self.path}: tensor {name} is missing")
@@ -1343,13 +1450,30 @@ class HFModel:
                 raise ExportError(f"{self.store.where(name)} is unexpected ({problem})")
 
     def where(self, kind, layer, suffix="weight"):
+        if kind in HF_EXPERT_NAMES:
+            return f"{self.path}: experts {HF_EXPERT_NAMES[kind].format(layer, 'E')}"
         return self.store.where(self.name(kind, layer, suffix))
+
+    def stacked_experts(self, kind, layer):
+        """One layer's expert matrices of one kind as (n_expert, rows, cols)."""
+        c, ff = self.config, self.experts["ff"]
+        shape = (c.dim, ff) if kind == "down_exps" else (ff, c.dim)
+        names = self.expert_names(kind, layer)
+        stacked = np.empty((len(names),) + shape, dtype=np.float32)  # filled in place: one copy in memory
+        for e, name in enumerate(names):
+            w = self.store.load(name)
+            if tuple(w.shape) != shape:
+                raise ExportError(f"{self.store.where(name)} has shape {tuple(w.shape)}, expected {shape}")
+            stacked[e] = w
+        return stacked
 
     def tensor(self, kind, layer, suffix="weight"):
         """A weight (or bias) as float32; for architecture llama, wq and wk
         (and their biases) go back to RoPE's consecutive pairs (llama.cpp's
         converter does the same); Qwen2 keeps Hugging Face's layout, which
         llama.cpp reads with NEOX RoPE."""
+        if kind in HF_EXPERT_NAMES:
+            return self.stacked_experts(kind, layer)
         c, name = self.config, self.name(kind, layer, suffix)
         w = self.store.load(name)
         if kind in ("wq", "wk") and self.arch == "llama":
@@ -2140,7 +2264,7 @@ def parse_args(argv):
         epilog="examples: export.py model.bin --hf DIR | export.py --tokenizer tokenizer.model tok.bin")
     parser.add_argument("out", metavar="OUT.bin", help="the file to write")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama directory")
+    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory")
     source.add_argument("--meta", metavar="DIR", help="Meta consolidated.*.pth + params.json directory")
     source.add_argument("--llama2c", metavar="FILE", help="llama2.c checkpoint (version 0, 1 or 2)")
     source.add_argument("--tokenizer", metavar="FILE",
@@ -2194,6 +2318,11 @@ def export_model(args):
             export_hf_gguf(args.out, source, tokenizer, args.dtype, inputs)
             rope = source.rope_scaling["type"] + " RoPE scaling, " if source.rope_scaling else ""
             biases = "biases, " if source.biases else ""
+            if source.experts:
+                e = source.experts
+                biases += f"{e['count']} experts ({e['used']} used, expert ff {e['ff']}), "
+            if c.head_dim:
+                biases += f"head size {c.head_dim}, "
             print(f"wrote {args.out}: GGUF v{GGUF_VERSION} {source.arch} {args.dtype}, {rope}{biases}"
                   f"{c.describe()}; tokenizer {tokenizer.describe}")
             return

@@ -8796,7 +8796,7 @@ static int in_list(const char *const list[], const char *s, size_t len) {
 // gguf-py directly, lack; export.py writes them too.
 static const char *const converter_keys[] = {
     "general.quantization_version", "llama.vocab_size", "qwen2.vocab_size", "tokenizer.ggml.add_bos_token",
-    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.eot_token_id", NULL};
+    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.eot_token_id", "qwen3.vocab_size", "qwen3moe.vocab_size", NULL};
 
 // ours holds every key of ref but general.name with the same type and
 // value bytes, and every tensor of ref with the same dims, type and data;
@@ -9035,6 +9035,198 @@ static void test_gguf_option(const char *v0_path) {
                        out, NULL, 1, inp, 20);
 }
 
+/* export.py --hf on Qwen3 and Qwen3-MoE directories: test/gguf_to_hf.py turns
+   the shared qwen3 and qwen3moe files, which llama.cpp's tools wrote, back
+   into the Hugging Face directories they stand for (tok512's tokenizer.model:
+   the files' vocabulary). Exported again, they must give the files' keys and
+   tensors, the files' logits bit for bit and llama.cpp's within 1e-4. */
+
+static char gguf_to_hf_py[PATH_SIZE];
+
+// gguf_to_hf.py on the shared file gguf_relative into dir, with tok512's
+// tokenizer.model and up to four more flags; 0 if it worked. gguf is set
+// to the shared file's path.
+static int make_qwen3_dir(const char *gguf_relative, const char *dir, const char *const flags[4], char *gguf,
+                          char *problem, size_t size) {
+    char tok[PATH_SIZE], copy[PATH_SIZE + 32], status[64], err[256];
+    if (!data_path(gguf, gguf_relative)) return set_problem(problem, size, "%s is missing", gguf);
+    data_path(tok, "models/stories260K/tok512.model");
+    format_text(copy, sizeof copy, "%s:tokenizer.model", tok);
+    clear_dir(dir);
+    CliResult r;
+    python(&r, gguf_to_hf_py, gguf, dir, "--copy", copy, flags[0], flags[1], flags[2], flags[3], NULL);
+    int failed = r.status != 0;
+    if (failed) set_problem(problem, size, "gguf_to_hf.py: %s, stderr %s", status_text(r.status, status, sizeof status),
+                            quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    return failed ? -1 : 0;
+}
+
+typedef struct {
+    const char *label, *style;
+    const char *gguf, *logits;  // the shared file and its logits case
+    const char *flags[4];       // gguf_to_hf.py's
+    int untied;                 // lm_head.weight written: output.weight is an extra tensor
+} Qwen3Export;
+
+static const Qwen3Export qwen3_exports[] = {
+    {"qwen3", "Qwen3 (head_dim 64, hidden_size / num_attention_heads 32; tied)", "models/arch/qwen3_f32.gguf",
+     "reference/arch/qwen3_f32", {NULL}, 0},
+    {"qwen3moe", "Qwen3-MoE (8 experts, 2 used, expert ff 64; tied)", "models/arch/qwen3moe_f32.gguf",
+     "reference/arch/qwen3moe_f32", {NULL}, 0},
+    {"qwen3-untied", "Qwen3 with lm_head.weight", "models/arch/qwen3_f32.gguf", "reference/arch/qwen3_f32",
+     {"--untied", NULL}, 1},
+};
+
+// output.weight is an F32 copy of token_embd.weight; 0 if so.
+static int same_as_embedding(const GgufFile *f, char *problem, size_t size) {
+    const GgufTensor *out = gguf_tensor(&f->g, "output.weight"), *emb = gguf_tensor(&f->g, "token_embd.weight");
+    if (!out || !emb) return set_problem(problem, size, "no output.weight or token_embd.weight");
+    if (out->type != TYPE_F32 || out->size != emb->size || memcmp(out->dims, emb->dims, sizeof out->dims) != 0 ||
+        memcmp(f->g.data + out->offset, f->g.data + emb->offset, (size_t)out->size) != 0)
+        return set_problem(problem, size, "output.weight is not an F32 copy of token_embd.weight");
+    return 0;
+}
+
+// ./run -m logits on the ids of case_dir: the same bytes from both models.
+static void same_cli_logits(const char *name, const char *model, const char *want_model, const char *case_dir) {
+    char ids[PATH_SIZE], got_path[PATH_SIZE], want_path[PATH_SIZE];
+    format_text(ids, sizeof ids, "%s/ids.txt", case_dir);
+    format_text(got_path, sizeof got_path, "%s/export-logits.f32", tmp_dir);
+    format_text(want_path, sizeof want_path, "%s/export-logits-want.f32", tmp_dir);
+    remove(got_path);
+    remove(want_path);
+    CliResult want;
+    cli(&want, want_model, "-m", "logits", "-f", ids, "-o", want_path, NULL);
+    int wrote = want.status == 0;
+    cli_free(&want);
+    if (!wrote) { report(name, 0, "./run %s -m logits failed", want_model); return; }
+    CliResult r;
+    cli(&r, model, "-m", "logits", "-f", ids, "-o", got_path, NULL);
+    expect_same_file(name, got_path, want_path, &r);
+    cli_free(&r);
+}
+
+static void test_qwen3_export(const Qwen3Export *e) {
+    char name[256], dir[PATH_SIZE], out[PATH_SIZE], gguf[PATH_SIZE], case_dir[PATH_SIZE], problem[512] = "";
+    char status[64], err[256];
+    format_text(name, sizeof name, "export.py --hf: %s %s -> GGUF: every key and tensor of %s but general.name%s",
+                e->label, e->style, e->gguf, e->untied ? ", and output.weight == token_embd.weight" : "");
+    format_text(dir, sizeof dir, "build/export/hf-%s", e->label);
+    format_text(out, sizeof out, "build/export/%s.gguf", e->label);
+    remove(out);
+    if (make_qwen3_dir(e->gguf, dir, e->flags, gguf, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        return;
+    }
+    CliResult r;
+    python(&r, export_py, out, "--hf", dir, NULL);
+    int exported = r.status == 0;
+    if (!exported) report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
+                          quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    if (!exported) return;
+    GgufFile ours, ref;
+    if (gguf_file_open(&ours, out, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    if (gguf_file_open(&ref, gguf, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        gguf_file_close(&ours);
+        return;
+    }
+    int same = 1, hidden = 0;
+    if (e->untied) {
+        // output.weight, written last, aside, the file is the original
+        const GgufTensor *last = &ours.g.tensors[ours.g.n_tensors - 1];
+        same = same_as_embedding(&ours, problem, sizeof problem) == 0 && last->name_len == 13 &&
+               memcmp(last->name, "output.weight", 13) == 0;
+        if (same) ours.g.n_tensors--, hidden = 1;
+        else if (!problem[0]) set_problem(problem, sizeof problem, "output.weight is not the last tensor");
+    }
+    same = same && gguf_same_as(&ours, &ref, problem, sizeof problem) == 0;
+    if (hidden) ours.g.n_tensors++;
+    report(name, same, "%s", problem[0] ? problem : "same keys, values and tensors");
+    const GgufTensor *emb = gguf_tensor(&ours.g, "token_embd.weight");
+    int vocab = emb ? (int)emb->dims[1] : 0;
+    gguf_file_close(&ours);
+    gguf_file_close(&ref);
+
+    data_path(case_dir, e->logits);
+    format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m logits == ./run %s -m logits bit for bit "
+                "(the ids of %s)", e->label, e->gguf, strrchr(e->logits, '/') + 1);
+    same_cli_logits(name, out, gguf, case_dir);
+    double worst;
+    size_t printed = 0;
+    format_text(name, sizeof name, "export.py --hf: %s export: ./run OUT -m logits == llama.cpp's %s within 1e-4",
+                e->label, strrchr(e->logits, '/') + 1);
+    if (cli_logits_error(out, case_dir, vocab, &worst, &printed, problem, sizeof problem) != 0)
+        report(name, 0, "%s", problem);
+    else
+        report(name, worst <= 1e-4, "worst %.2e x max|ref|", worst);
+}
+
+// export.py refuses the directory gguf_to_hf.py makes from the shared file
+// with flags: status 1, one line that names `where` (a file of the
+// directory) and says `says`, no file left.
+static void test_qwen3_refusal(const char *label, const char *gguf_relative, const char *const flags[4],
+                               const char *where, const char *says) {
+    char name[256], dir[PATH_SIZE], out_dir[PATH_SIZE], out[PATH_SIZE], gguf[PATH_SIZE], problem[512] = "";
+    char status[64], err[256], tag[64];
+    format_text(name, sizeof name, "export.py --hf refuses %s: status 1, one line naming %s and saying '%s', no file "
+                "left", label, where, says);
+    format_text(tag, sizeof tag, "%s", label);
+    for (char *c = tag; *c; c++)
+        if (!isalnum((unsigned char)*c)) *c = '-';
+    format_text(dir, sizeof dir, "build/export/refuse-%s", tag);
+    format_text(out_dir, sizeof out_dir, "build/export/out-%s", tag);
+    format_text(out, sizeof out, "%s/model.gguf", out_dir);
+    clear_dir(out_dir);
+    if (make_qwen3_dir(gguf_relative, dir, flags, gguf, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        return;
+    }
+    CliResult r;
+    python(&r, export_py, out, "--hf", dir, NULL);
+    int left = count_entries(out_dir);
+    report(name, r.status == 1 && count_lines(&r.err) == 1 && strstr(r.err.data, where) && strstr(r.err.data, says) &&
+                     left == 0,
+           "%s, stderr %s, %d files left", status_text(r.status, status, sizeof status),
+           quoted(r.err.data, r.err.len, err, sizeof err), left);
+    cli_free(&r);
+}
+
+static void qwen3_export_tests(void) {
+    repo_path("test/gguf_to_hf.py", gguf_to_hf_py);
+    for (size_t i = 0; i < sizeof qwen3_exports / sizeof qwen3_exports[0]; i++) test_qwen3_export(&qwen3_exports[i]);
+    static const struct {
+        const char *label, *gguf, *flags[4], *where, *says;
+    } refusals[] = {
+        {"Qwen3-MoE num_experts_per_tok 0", "models/arch/qwen3moe_f32.gguf", {"--set", "num_experts_per_tok=0"},
+         "config.json", "num_experts_per_tok 0 is not in 1..num_experts (8)"},
+        {"Qwen3-MoE num_experts_per_tok 9 of 8", "models/arch/qwen3moe_f32.gguf", {"--set", "num_experts_per_tok=9"},
+         "config.json", "num_experts_per_tok 9 is not in 1..num_experts (8)"},
+        {"Qwen3-MoE without an expert's up_proj", "models/arch/qwen3moe_f32.gguf",
+         {"--drop", "model.layers.1.mlp.experts.5.up_proj.weight"}, "refuse-Qwen3-MoE-without-an-expert-s-up-proj",
+         "tensor model.layers.1.mlp.experts.5.up_proj.weight is missing"},
+        {"Qwen3 q_norm of 63 values (head_dim 64)", "models/arch/qwen3_f32.gguf",
+         {"--shorten", "model.layers.0.self_attn.q_norm.weight"}, "model.safetensors",
+         "tensor model.layers.0.self_attn.q_norm.weight has shape (63,), expected (64,)"},
+        {"Qwen3-MoE an expert's gate_proj of the wrong shape", "models/arch/qwen3moe_f32.gguf",
+         {"--shorten", "model.layers.0.mlp.experts.3.gate_proj.weight"}, "model.safetensors",
+         "tensor model.layers.0.mlp.experts.3.gate_proj.weight has shape (63, 128), expected (64, 128)"},
+        {"Qwen3-MoE norm_topk_prob false", "models/arch/qwen3moe_f32.gguf", {"--set", "norm_topk_prob=false"},
+         "config.json", "norm_topk_prob is false"},
+        {"Qwen3-MoE mlp_only_layers [1]", "models/arch/qwen3moe_f32.gguf", {"--set", "mlp_only_layers=[1]"},
+         "config.json", "mlp_only_layers [1] is not empty"},
+        {"Qwen3 without head_dim", "models/arch/qwen3_f32.gguf", {"--set", "head_dim=null"}, "config.json",
+         "head_dim is missing"},
+        {"Qwen3 attention_bias", "models/arch/qwen3_f32.gguf", {"--set", "attention_bias=true"}, "config.json",
+         "attention_bias is true"},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        test_qwen3_refusal(refusals[i].label, refusals[i].gguf, refusals[i].flags, refusals[i].where,
+                           refusals[i].says);
+}
+
 static void export_tests(void) {
     char stories[PATH_SIZE], gqa[PATH_SIZE], mqa[PATH_SIZE], status[64], err[256];
     CliResult r;
@@ -9193,6 +9385,7 @@ static void export_tests(void) {
 
     test_gguf_option(mqa);
     for (size_t i = 0; i < sizeof gguf_exports / sizeof gguf_exports[0]; i++) test_gguf_export(&gguf_exports[i]);
+    qwen3_export_tests();
 }
 
 /* ============================================================================
