@@ -2159,13 +2159,13 @@ static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
 static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
     uint16_t d, dmin;
-    memcpy(&d, meta + 2 * r, 2);
     if (type_traits[m->type].block_size == QK) {
         float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
         if (!packed_mins(m->type)) return value;
         memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
         return value + f16_to_f32(dmin);
     }
+    memcpy(&d, meta + 2 * r, 2);
     PackedK f = packed_k_format(m->type);
     int sc, mj, q = packed_k_value(quants, r, k, f);
     packed_k_scale(meta, k / (QK_K / f.n_subs), r, f, &sc, &mj);
