@@ -7995,9 +7995,12 @@ static uint64_t walk_runc(TensorWalk *w, TensorStarts *t, const Config *c) {
     t->token_embedding = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(runc_type(w->types, 0, c), c->dim));
     for (int p = 0; p < LAYER_MATRICES; p++) t->parts[p] = walk_part(w, c, p);
     // A shared classifier has no entry in the table: read the type only when unshared.
-    int wcls_type = runc_type(w->types, 1 + LAYER_MATRICES * c->n_layers, c);
-    t->wcls = c->shared_classifier ? t->token_embedding
-                                   : walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
+    if (c->shared_classifier) {
+        t->wcls = t->token_embedding;
+    } else {
+        int wcls_type = runc_type(w->types, 1 + LAYER_MATRICES * c->n_layers, c);
+        t->wcls = walk_tensor(w, (uint64_t)c->vocab_size * type_row_bytes(wcls_type, c->dim));
+    }
     return w->offset;
 }
 
