@@ -3106,9 +3106,9 @@ static uint64_t read_u64(const unsigned char *p) {
                               and the fast kernel (SIMD where this build has it)
      dot4                     dot for four rows row_bytes apart, each row's
                               result dot's bits, x's loads shared; NULL: none
-     packed_bytes             bytes of quants of one block of 16 rows in the
-                              packed layout of the integer kernels; 0: never packed
-     packed_meta_bytes        bytes of those 16 rows' scales (and mins) in it
+     packed                   the type's layout in the packed form of the
+                              integer kernels, a named PackedLayout below;
+                              NULL: never packed
    Everything that asks "what kind of weight is this" asks the table: adding
    a type is one row plus its kernels.
 
@@ -3125,9 +3125,31 @@ typedef struct {
     float (*dot_plain)(const void *row, const void *x, int n);
     float (*dot)(const void *row, const void *x, int n);
     void (*dot4)(float out[4], const void *rows, size_t row_bytes, const void *x, int n);
-    size_t packed_bytes;
-    size_t packed_meta_bytes;
+    const struct PackedLayout *packed;
 } TypeTraits;
+
+/* How one block of 16 rows of a type sits in the packed layout (the
+   Packing section draws it): one named description per type, read by the
+   packing code and the kernels, in the manner of ggml's repack instances.
+   A kernel compiled for one type reads its description as constants. */
+enum { LOOKUP_NONE, LOOKUP_IQ4NL, LOOKUP_MXFP4 };
+typedef struct PackedLayout {
+    const char *name;   // the type and the rows that travel together
+    size_t quant_bytes; // bytes of quants of one block of 16 rows
+    size_t meta_bytes;  // bytes of those 16 rows' scales (and mins)
+    int offset;         // subtracted from a stored value to give q
+    int mins;           // 1: a min per block (32 values) or sub-block (K: dmin * m_j)
+    int lookup;         // LOOKUP_*: q indexes iq4nl_values or mxfp4_values
+    int e8m0;           // 1: the row scales are E8M0 bytes (MXFP4), not fp16
+    // blocks of 32 values:
+    int bits;           // 8: whole bytes; 4: nibbles; 5: nibbles and a plane of fifth bits
+    // super-blocks of 256 values (the K-quants, IQ4_XS):
+    int planes;         // bit planes used: 4 (4-bit), 2 (2-bit), 1 (1-bit), ORed
+    int n_subs;         // sub-blocks per super-block, each with its scale (and min)
+    int k4;             // 1: the scales and mins as GGUF's 12 bytes per row (Q4_K, Q5_K)
+    int six;            // 1: four chunks in three vectors, not planes (Q6_K; planes still counts its bits)
+    int three;          // 1: eight chunks in three vectors, not planes (Q3_K; planes still counts its bits)
+} PackedLayout;
 
 // Q8_0: 32 values, value k = d * qs[k].
 typedef struct {
@@ -4931,6 +4953,29 @@ static float dot_iq4_xs(const void *row, const void *act, int n) { return dot_iq
 #endif
 
 // The table. A type without a row here is refused by name when a file holds it.
+// The packed layouts (Packing section), by type.
+static const PackedLayout packed_q8_0 = {.name = "q8_0x16", .quant_bytes = 16 * QK, .meta_bytes = 16 * 2, .offset = 128, .bits = 8};
+static const PackedLayout packed_q4_0 = {.name = "q4_0x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 8, .bits = 4};
+static const PackedLayout packed_q4_1 = {.name = "q4_1x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * (2 + 2), .mins = 1, .bits = 4};
+static const PackedLayout packed_q5_0 = {.name = "q5_0x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * 2, .offset = 16, .bits = 5};
+static const PackedLayout packed_q5_1 = {.name = "q5_1x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * (2 + 2), .mins = 1, .bits = 5};
+static const PackedLayout packed_iq4_nl = {.name = "iq4_nlx16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 128,
+                                           .lookup = LOOKUP_IQ4NL, .bits = 4};
+static const PackedLayout packed_mxfp4 = {.name = "mxfp4x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16, .offset = 128,
+                                          .lookup = LOOKUP_MXFP4, .e8m0 = 1, .bits = 4};
+static const PackedLayout packed_q2_k = {.name = "q2_kx16", .quant_bytes = 16 * QK_K * 2 / 8, .meta_bytes = 16 * (2 + 2 + 16 + 16),
+                                         .mins = 1, .planes = 2, .n_subs = 16};
+static const PackedLayout packed_q3_k = {.name = "q3_kx16", .quant_bytes = 16 * QK_K * 3 / 8, .meta_bytes = 16 * (2 + 16),
+                                         .offset = 4, .planes = 2 | 1, .n_subs = 16, .three = 1};
+static const PackedLayout packed_q4_k = {.name = "q4_kx16", .quant_bytes = 16 * QK_K * 4 / 8, .meta_bytes = 16 * (2 + 2 + 12),
+                                         .mins = 1, .planes = 4, .n_subs = 8, .k4 = 1};
+static const PackedLayout packed_q5_k = {.name = "q5_kx16", .quant_bytes = 16 * QK_K * 5 / 8, .meta_bytes = 16 * (2 + 2 + 12),
+                                         .mins = 1, .planes = 4 | 1, .n_subs = 8, .k4 = 1};
+static const PackedLayout packed_q6_k = {.name = "q6_kx16", .quant_bytes = 16 * QK_K * 6 / 8, .meta_bytes = 16 * (2 + 16),
+                                         .offset = 32, .planes = 4 | 2, .n_subs = 16, .six = 1};
+static const PackedLayout packed_iq4_xs = {.name = "iq4_xsx16", .quant_bytes = 16 * QK_K * 4 / 8, .meta_bytes = 16 * (2 + 8),
+                                           .offset = 128, .lookup = LOOKUP_IQ4NL, .planes = 4, .n_subs = 8};
+
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
                   .quantize = quantize_f32, .dot_plain = dot_f32_row_plain, .dot = dot_f32_row},
@@ -4940,54 +4985,54 @@ static const TypeTraits type_traits[TYPE_COUNT] = {
                    .dot_plain = dot_bf16_row_plain, .dot = dot_bf16_row_plain},
     [TYPE_Q8_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ8_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q8_0, .quantize = quantize_q8_0, .dot_plain = dot_q8_0_plain,
-                   .dot = dot_q8_0, .dot4 = dot4_q8_0, .packed_bytes = 16 * QK, .packed_meta_bytes = 16 * 2},
+                   .dot = dot_q8_0, .dot4 = dot4_q8_0, .packed = &packed_q8_0},
     [TYPE_Q4_0] = {.block_size = QK, .block_bytes = sizeof(BlockQ4_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q4_0, .quantize = quantize_q4_0, .dot_plain = dot_q4_0_plain,
-                   .dot = dot_q4_0, .dot4 = dot4_q4_0, .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
+                   .dot = dot_q4_0, .dot4 = dot4_q4_0, .packed = &packed_q4_0},
     [TYPE_Q4_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ4_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q4_1, .quantize = quantize_q4_1, .dot_plain = dot_q4_1_plain,
                    .dot = dot_q4_1,
-                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * (2 + 2)},
+                   .packed = &packed_q4_1},
     [TYPE_Q5_0] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_0), .act_type = TYPE_Q8_0,
                    .dequantize = dequantize_q5_0, .quantize = quantize_q5_0, .dot_plain = dot_q5_0_plain,
                    .dot = dot_q5_0,
-                   .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * 2},
+                   .packed = &packed_q5_0},
     [TYPE_Q5_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ5_1), .act_type = TYPE_Q8_1,
                    .dequantize = dequantize_q5_1, .quantize = quantize_q5_1, .dot_plain = dot_q5_1_plain,
                    .dot = dot_q5_1,
-                   .packed_bytes = 16 * QK * 5 / 8, .packed_meta_bytes = 16 * (2 + 2)},
+                   .packed = &packed_q5_1},
     [TYPE_Q2_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ2_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q2_k, .quantize = quantize_q2_k, .dot_plain = dot_q2_k_plain,
                    .dot = dot_q2_k,
-                   .packed_bytes = 16 * QK_K * 2 / 8, .packed_meta_bytes = 16 * (2 + 2 + 16 + 16)},
+                   .packed = &packed_q2_k},
     [TYPE_Q3_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ3_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q3_k, .quantize = quantize_q3_k, .dot_plain = dot_q3_k_plain,
                    .dot = dot_q3_k,
-                   .packed_bytes = 16 * QK_K * 3 / 8, .packed_meta_bytes = 16 * (2 + 16)},
+                   .packed = &packed_q3_k},
     [TYPE_Q4_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ4_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q4_k, .quantize = quantize_q4_k, .dot_plain = dot_q4_k_plain,
                    .dot = dot_q4_k,
-                   .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 2 + 12)},
+                   .packed = &packed_q4_k},
     [TYPE_Q5_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ5_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q5_k, .quantize = quantize_q5_k, .dot_plain = dot_q5_k_plain,
                    .dot = dot_q5_k,
-                   .packed_bytes = 16 * QK_K * 5 / 8, .packed_meta_bytes = 16 * (2 + 2 + 12)},
+                   .packed = &packed_q5_k},
     [TYPE_Q6_K] = {.block_size = QK_K, .block_bytes = sizeof(BlockQ6_K), .act_type = TYPE_Q8_K,
                    .dequantize = dequantize_q6_k, .quantize = quantize_q6_k, .dot_plain = dot_q6_k_plain,
                    .dot = dot_q6_k,
-                   .packed_bytes = 16 * QK_K * 6 / 8, .packed_meta_bytes = 16 * (2 + 16)},
+                   .packed = &packed_q6_k},
     [TYPE_IQ4_NL] = {.block_size = 32, .block_bytes = sizeof(BlockIQ4_NL), .act_type = TYPE_Q8_0,
                      .dequantize = dequantize_iq4_nl, .quantize = quantize_iq4_nl, .dot_plain = dot_iq4_nl_plain,
                      .dot = dot_iq4_nl,
-                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16 * 2},
+                   .packed = &packed_iq4_nl},
     [TYPE_IQ4_XS] = {.block_size = QK_K, .block_bytes = sizeof(BlockIQ4_XS), .act_type = TYPE_Q8_K,
                      .dequantize = dequantize_iq4_xs, .quantize = quantize_iq4_xs, .dot_plain = dot_iq4_xs_plain,
                      .dot = dot_iq4_xs,
-                   .packed_bytes = 16 * QK_K * 4 / 8, .packed_meta_bytes = 16 * (2 + 8)},
+                   .packed = &packed_iq4_xs},
     [TYPE_MXFP4] = {.block_size = 32, .block_bytes = sizeof(BlockMXFP4), .act_type = TYPE_Q8_0,
                     .dequantize = dequantize_mxfp4, .quantize = quantize_mxfp4, .dot_plain = dot_mxfp4_plain,
                     .dot = dot_mxfp4,
-                   .packed_bytes = 16 * QK / 2, .packed_meta_bytes = 16},
+                   .packed = &packed_mxfp4},
     // activation formats only (no dot: never a weight)
     [TYPE_Q8_1] = {.block_size = 32, .block_bytes = sizeof(BlockQ8_1), .dequantize = dequantize_q8_1,
                    .quantize = quantize_q8_1},
@@ -5830,16 +5875,15 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
    scales 2^-128..2^126 are out of fp16's range). Stored values are
    unsigned: Q8_0 plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's and
    MXFP4's index, turned by the kernel into iq4nl_values[index] + 128 or
-   mxfp4_values[index] + 128 (packed_offset).
+   mxfp4_values[index] + 128 (the layout's offset).
    One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
    four bytes in every lane) and adds into 16 int32 lanes, one per row; a
    block's sums then take one conversion and one multiply-add for all 16
    rows (and one more for the mins). Rows past the matrix are zeros. The
    size is about the original's (plus those padding rows); choose_kernels
    drops the original pages from memory after the copy (they come back
-   from the file if needed). Types with a packed layout have packed_bytes
-   (bytes of quants per (g, b)) and packed_meta_bytes in the weight types'
-   table. */
+   from the file if needed). Each type's layout is a named PackedLayout in
+   its row of the weight types' table (type_traits' packed). */
 // One block of 32 activations quantized for the packed kernels. The packed
 // weights are stored unsigned, so every integer block sum carries
 // offset * sum(q) too.
@@ -5860,34 +5904,24 @@ static int col_blocks(const Matrix *m) {
     return (m->cols + block - 1) / block;
 }
 
+// The packed layout of a type that has one (type_traits' packed).
+static const PackedLayout *packed_layout(int type) { return type_traits[type].packed; }
+
 static size_t packed_size(const Matrix *m) {
     const TypeTraits *tt = &type_traits[m->type];
-    return (size_t)row_groups(m) * col_blocks(m) * (tt->packed_bytes + tt->packed_meta_bytes);
+    return (size_t)row_groups(m) * col_blocks(m) * (tt->packed->quant_bytes + tt->packed->meta_bytes);
 }
 
 // Block gb = g * col_blocks + b: its quants, and its 16 rows' scales (all
 // quants come first, then all scales, so a thread reads two streams: one
 // stream of both was slower on AMD; BENCHMARKS.md).
 static const unsigned char *packed_quants(const Matrix *m, size_t gb) {
-    return m->packed + gb * type_traits[m->type].packed_bytes;
+    return m->packed + gb * packed_layout(m->type)->quant_bytes;
 }
 static const unsigned char *packed_meta(const Matrix *m, size_t gb) {
     const TypeTraits *tt = &type_traits[m->type];
-    return m->packed + (size_t)row_groups(m) * col_blocks(m) * tt->packed_bytes + gb * tt->packed_meta_bytes;
+    return m->packed + (size_t)row_groups(m) * col_blocks(m) * tt->packed->quant_bytes + gb * tt->packed->meta_bytes;
 }
-
-// The 32-value types: what is subtracted from a stored value to give q,
-// whether q has a fifth bit, and whether the block has a min (value = d * q + m).
-static int packed_offset(int type) {
-    switch (type) {
-    case TYPE_Q8_0: case TYPE_IQ4_NL: case TYPE_MXFP4: return 128;
-    case TYPE_Q4_0: return 8;
-    case TYPE_Q5_0: return 16;
-    default: return 0; // Q4_1, Q5_1
-    }
-}
-static int packed_fifth_bit(int type) { return type == TYPE_Q5_0 || type == TYPE_Q5_1; }
-static int packed_mins(int type) { return type == TYPE_Q4_1 || type == TYPE_Q5_1; }
 
 // The stop for a type a switch over the packed types does not know: a new
 // type in the table without its packed code (a bug of run.c's, not of the
@@ -5897,7 +5931,7 @@ static _Noreturn void no_packed_layout(int type) {
     abort();
 }
 
-// Block b of a row of a 32-value type: q as stored (see packed_offset;
+// Block b of a row of a 32-value type: q as stored (see the layout's offset;
 // IQ4_NL, MXFP4: the index), d and m (fp16 bits, m 0 without a min;
 // MXFP4: d is its E8M0 byte).
 static inline __attribute__((always_inline)) void unpack_block32(uint8_t q[QK], uint16_t *d, uint16_t *m, const void *block, int type) {
@@ -5929,18 +5963,18 @@ static inline __attribute__((always_inline)) void pack_row32_as(unsigned char *q
     uint8_t q[QK] = {0};
     uint16_t d = 0, min = 0, *scales = (uint16_t *)meta;
     if (block) unpack_block32(q, &d, &min, block, type);
-    if (type == TYPE_MXFP4) meta[r] = (unsigned char)d; // E8M0 as stored: packed, the file's size
+    if (packed_layout(type)->e8m0) meta[r] = (unsigned char)d; // E8M0 as stored: packed, the file's size
     else scales[r] = d;
-    if (packed_mins(type)) scales[GROUP_ROWS + r] = min;
+    if (packed_layout(type)->mins) scales[GROUP_ROWS + r] = min;
     for (int i = 0; i < 4; i++) {
-        if (type == TYPE_Q8_0) {
+        if (packed_layout(type)->bits == 8) {
             for (int j = 0; j < 8; j++) quants[64 * j + 4 * r + i] = q[4 * j + i];
             continue;
         }
         uint8_t high = 0;
         for (int j = 0; j < 8; j++) high |= (uint8_t)(((q[4 * j + i] >> 4) & 1) << j);
         for (int j = 0; j < 4; j++) quants[64 * j + 4 * r + i] = (uint8_t)((q[4 * j + i] & 0xF) | (q[16 + 4 * j + i] & 0xF) << 4);
-        if (packed_fifth_bit(type)) quants[256 + 4 * r + i] = high;
+        if (packed_layout(type)->bits == 5) quants[256 + 4 * r + i] = high;
     }
 }
 
@@ -5968,7 +6002,7 @@ static void pack_matrix(unsigned char *dst, const Matrix *m) {
     const TypeTraits *tt = &type_traits[m->type];
     int n_groups = row_groups(m), n_blocks = col_blocks(m), k_quant = tt->act_type == TYPE_Q8_K;
     size_t row_bytes = type_row_bytes(m->type, m->cols);
-    unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed_bytes;
+    unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed->quant_bytes;
     int g;
     #pragma omp parallel for private(g) schedule(static)
     for (g = 0; g < n_groups; g++)
@@ -5977,27 +6011,27 @@ static void pack_matrix(unsigned char *dst, const Matrix *m) {
             for (int r = 0; r < GROUP_ROWS; r++) {
                 int row = g * GROUP_ROWS + r;
                 const unsigned char *block = row < m->rows ? (const unsigned char *)m->data + (size_t)row * row_bytes + (size_t)b * tt->block_bytes : NULL;
-                if (k_quant) pack_k_row(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
-                else pack_row32(dst + gb * tt->packed_bytes, meta + gb * tt->packed_meta_bytes, r, block, m->type);
+                if (k_quant) pack_k_row(dst + gb * tt->packed->quant_bytes, meta + gb * tt->packed->meta_bytes, r, block, m->type);
+                else pack_row32(dst + gb * tt->packed->quant_bytes, meta + gb * tt->packed->meta_bytes, r, block, m->type);
             }
         }
 }
 
 // Row r's value k (0..31) of block (g, b) as the kernels multiply it:
-// q plus packed_offset (IQ4_NL, MXFP4: iq4nl_values or mxfp4_values[index] + 128).
+// q plus the layout's offset (IQ4_NL, MXFP4: iq4nl_values or mxfp4_values[index] + 128).
 static int packed_value(const unsigned char *quants, int r, int k, int type) {
-    if (type == TYPE_Q8_0) return quants[(k / 4) * 64 + r * 4 + k % 4];
+    if (packed_layout(type)->bits == 8) return quants[(k / 4) * 64 + r * 4 + k % 4];
     unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
     int q = k < 16 ? byte & 0xF : byte >> 4;
-    if (packed_fifth_bit(type)) q |= ((quants[256 + r * 4 + k % 4] >> (k / 4)) & 1) << 4;
-    if (type == TYPE_IQ4_NL) return iq4nl_values[q] + 128;
-    return type == TYPE_MXFP4 ? mxfp4_values[q] + 128 : q;
+    if (packed_layout(type)->bits == 5) q |= ((quants[256 + r * 4 + k % 4] >> (k / 4)) & 1) << 4;
+    if (packed_layout(type)->lookup == LOOKUP_IQ4NL) return iq4nl_values[q] + 128;
+    return packed_layout(type)->lookup == LOOKUP_MXFP4 ? mxfp4_values[q] + 128 : q;
 }
 
 // Row r's scale of a 32-value type's block, from its (g, b)'s meta: fp16,
 // MXFP4's E8M0 byte (halved, as its values are doubled).
 static float packed_row_scale(const unsigned char *meta, int r, int type) {
-    if (type == TYPE_MXFP4) return mxfp4_half_scale(meta[r]);
+    if (packed_layout(type)->e8m0) return mxfp4_half_scale(meta[r]);
     return f16_to_f32(((const uint16_t *)meta)[r]);
 }
 
@@ -6007,7 +6041,7 @@ static float packed_row_scale(const unsigned char *meta, int r, int type) {
 // even, the scale kept in fp16 precision and (with mins) sum = fp16 of
 // d * sum(q). x is finite (the dispatch checks).
 static void quantize_act_plain(ActBlock *out, const float *x, int cols, int type) {
-    int offset = packed_offset(type), mins = packed_mins(type);
+    int offset = packed_layout(type)->offset, mins = packed_layout(type)->mins;
     for (int b = 0; b * QK < cols; b++) {
         int len = cols - b * QK < QK ? cols - b * QK : QK;
         const float *xb = x + (size_t)b * QK;
@@ -6033,7 +6067,7 @@ static void quantize_act_plain(ActBlock *out, const float *x, int cols, int type
 // then (with mins) row min * x's sum, likewise: the SIMD kernels do the
 // same operations per lane, so they agree bit for bit.
 static void packed_position_plain(float *out, const Matrix *m, int g, const ActBlock *x) {
-    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
+    int n_blocks = col_blocks(m), mins = packed_layout(m->type)->mins;
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
         size_t gb = (size_t)g * n_blocks + b;
@@ -6162,7 +6196,7 @@ static inline __m512i mxfp4_table(void) {
 
 // Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
 static inline __attribute__((always_inline)) void load_group_block(__m512i w[8], const unsigned char *quants, int type) {
-    if (type == TYPE_Q8_0) {
+    if (packed_layout(type)->bits == 8) {
         for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(quants + 64 * j);
         return;
     }
@@ -6171,13 +6205,13 @@ static inline __attribute__((always_inline)) void load_group_block(__m512i w[8],
         w[j] = move_bits(v, 0, 0, 0x0F);
         w[j + 4] = move_bits(v, 4, 0, 0x0F);
     }
-    if (packed_fifth_bit(type)) {
+    if (packed_layout(type)->bits == 5) {
         __m512i high = _mm512_loadu_si512(quants + 256);
         for (int j = 0; j < 8; j++) w[j] = _mm512_or_si512(w[j], move_bits(high, j, 4, 0x10));
     }
-    if (type == TYPE_IQ4_NL)
+    if (packed_layout(type)->lookup == LOOKUP_IQ4NL)
         for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(iq4nl_table(), w[j]);
-    if (type == TYPE_MXFP4)
+    if (packed_layout(type)->lookup == LOOKUP_MXFP4)
         for (int j = 0; j < 8; j++) w[j] = _mm512_shuffle_epi8(mxfp4_table(), w[j]);
 }
 
@@ -6197,7 +6231,7 @@ static inline __m512 group_e8m0(const unsigned char *p) {
 
 // A block's 16 row scales: fp16, MXFP4's E8M0 bytes.
 static inline __m512 group_scales(const unsigned char *p, int type) {
-    return type == TYPE_MXFP4 ? group_e8m0(p) : group_halves(p);
+    return packed_layout(type)->e8m0 ? group_e8m0(p) : group_halves(p);
 }
 
 // acc (16 rows) + one block's integer sums (sum): less the bias, times the
@@ -6220,7 +6254,7 @@ static inline __m512 group_block_end(__m512 acc, __m512i sum, __m512 scales, __m
 static inline __attribute__((always_inline)) void packed_tile_as(float *out, size_t out_stride, const Matrix *m, int g,
                                                                   const ActBlock *x, int n_rows, int type, int mins) {
     int n_blocks = col_blocks(m);
-    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     __m512 acc[PACKED_TOKENS];
     #pragma GCC unroll 8
@@ -6263,8 +6297,8 @@ static void packed_tile(float *out, size_t out_stride, const Matrix *m, int g, c
 // and rows r < n_rows of group g.
 static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, const ActBlock *x, int n, int n_rows) {
     if (n == PACKED_TOKENS) { packed_tile(out, out_stride, m, g, x, n_rows); return; }
-    int n_blocks = col_blocks(m), mins = packed_mins(m->type);
-    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    int n_blocks = col_blocks(m), mins = packed_layout(m->type)->mins;
+    size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     __mmask16 rows = (__mmask16)((1u << n_rows) - 1);
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
@@ -6275,7 +6309,7 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
             size_t gb = (size_t)g * n_blocks + b;
             const ActBlock *xb = x + (size_t)t * n_blocks + b;
             __m512i w[8], sum = _mm512_setzero_si512();
-            if (t == 0) prefetch_ahead(packed_quants(m, gb), end, type_traits[m->type].packed_bytes, far);
+            if (t == 0) prefetch_ahead(packed_quants(m, gb), end, packed_layout(m->type)->quant_bytes, far);
             load_group_block(w, packed_quants(m, gb), m->type);
             for (int j = 0; j < 8; j++) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(read_i32((const unsigned char *)xb->q + 4 * j)));
             acc = group_block_end(acc, sum, group_scales(meta, m->type), mins ? group_halves(meta + 2 * GROUP_ROWS) : acc, xb, mins);
@@ -6307,10 +6341,10 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 #define PACKED_TOKENS 2
 
 // Q8_0, IQ4_NL and MXFP4 without AVX-VNNI: the values multiplied signed (see above).
-static int packed_signed(int type) { return !HAVE_AVX_VNNI && (type == TYPE_Q8_0 || type == TYPE_IQ4_NL || type == TYPE_MXFP4); }
+static int packed_signed(int type) { return !HAVE_AVX_VNNI && (packed_layout(type)->bits == 8 || packed_layout(type)->lookup != LOOKUP_NONE); }
 
 // The IQ4 grid in each 16-byte lane, for a byte shuffle by index: signed
-// (IQ4_XS, and IQ4_NL without AVX-VNNI), or plus 128 (packed_offset).
+// (IQ4_XS, and IQ4_NL without AVX-VNNI), or plus 128 (the layout's offset).
 static inline __m256i iq4nl_signed8(void) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values)); }
 static inline __m256i iq4nl_table8(void) {
     return HAVE_AVX_VNNI ? _mm256_xor_si256(iq4nl_signed8(), _mm256_set1_epi8((char)0x80)) : iq4nl_signed8();
@@ -6333,23 +6367,23 @@ static inline __m256i move_bits_256(__m256i v, int from, int to, int mask) {
 // Chunks whose maddubs products are summed in int16 before madd (see above).
 static int int16_run(int type) {
     if (packed_signed(type)) return 1;
-    return packed_fifth_bit(type) ? 4 : 8;
+    return packed_layout(type)->bits == 5 ? 4 : 8;
 }
 #endif
 
 // Chunk j (values 4j..4j+3) of a block's quants, rows 8h..8h+7: the stored
 // values, or (packed_signed) the signed ones.
 static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigned char *quants, int j, int h, int type) {
-    if (type == TYPE_Q8_0) {
+    if (packed_layout(type)->bits == 8) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * j + 32 * h));
         return packed_signed(type) ? _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) : v;
     }
     __m256i v = _mm256_loadu_si256((const __m256i *)(quants + 64 * (j % 4) + 32 * h)); // values j < 4 low nibbles, else high
     v = move_bits_256(v, j < 4 ? 0 : 4, 0, 0x0F);
-    if (packed_fifth_bit(type)) // bit j of each byte to bit 4
+    if (packed_layout(type)->bits == 5) // bit j of each byte to bit 4
         v = _mm256_or_si256(v, move_bits_256(_mm256_loadu_si256((const __m256i *)(quants + 256 + 32 * h)), j, 4, 0x10));
-    if (type == TYPE_IQ4_NL) v = _mm256_shuffle_epi8(iq4nl_table8(), v);
-    if (type == TYPE_MXFP4) v = _mm256_shuffle_epi8(mxfp4_table8(), v);
+    if (packed_layout(type)->lookup == LOOKUP_IQ4NL) v = _mm256_shuffle_epi8(iq4nl_table8(), v);
+    if (packed_layout(type)->lookup == LOOKUP_MXFP4) v = _mm256_shuffle_epi8(mxfp4_table8(), v);
     return v;
 }
 
@@ -6396,7 +6430,7 @@ static inline __m256 half_e8m0(const unsigned char *p) {
 // operations per lane. The scales are fp16, MXFP4's E8M0 bytes.
 static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned char *meta, int h, const ActBlock *x, int mins,
                                      int type) {
-    __m256 scales = type == TYPE_MXFP4 ? half_e8m0(meta + 8 * h) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
+    __m256 scales = packed_layout(type)->e8m0 ? half_e8m0(meta + 8 * h) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(scales, _mm256_set1_ps(x->scale)), acc);
     if (!mins) return acc;
     __m256 row_mins = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 2 * GROUP_ROWS + 16 * h)));
@@ -6410,7 +6444,7 @@ static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned cha
 static inline __attribute__((always_inline)) void packed_tile_as(float *out, size_t out_stride, const Matrix *m, int g,
                                                                   const ActBlock *x, int n_t, int n_rows, int type, int mins) {
     int n_blocks = col_blocks(m);
-    size_t quant_bytes = type_traits[type].packed_bytes, meta_bytes = type_traits[type].packed_meta_bytes;
+    size_t quant_bytes = packed_layout(type)->quant_bytes, meta_bytes = packed_layout(type)->meta_bytes;
     const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks), *meta = packed_meta(m, (size_t)g * n_blocks);
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(type); // generation asks for lines this far ahead (0: none)
@@ -6474,7 +6508,7 @@ static void packed_group_plain(float *out, size_t out_stride, const Matrix *m, i
 static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
     int b = 0;
 #if HAVE_AVX512_VNNI
-    int offset = packed_offset(type), mins = packed_mins(type);
+    int offset = packed_layout(type)->offset, mins = packed_layout(type)->mins;
     for (; (b + 1) * QK <= cols; b++) {
         __m512 v0 = _mm512_loadu_ps(x + (size_t)b * QK), v1 = _mm512_loadu_ps(x + (size_t)b * QK + 16);
         __m512 a0 = _mm512_abs_ps(v0), a1 = _mm512_abs_ps(v1);
@@ -6491,7 +6525,7 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
         out[b].sum = mins ? _cvtsh_ss(_cvtss_sh(sum * d, _MM_FROUND_TO_NEAREST_INT)) : 0.0f;
     }
 #elif HAVE_AVX2
-    int offset = packed_offset(type), mins = packed_mins(type);
+    int offset = packed_layout(type)->offset, mins = packed_layout(type)->mins;
     for (; (b + 1) * QK <= cols; b++) {
         const float *v = x + (size_t)b * QK;
         float amax = amax_floats(v, QK);
@@ -6556,35 +6590,11 @@ static void quantize_act(ActBlock *out, const float *x, int cols, int type) {
    fma(-summ, dmin * x.d, acc): the same float operations in the plain twin
    and in every lane. */
 
-// How a K-type is packed; type_traits' packed_bytes and packed_meta_bytes
-// follow from it.
-typedef struct {
-    int planes;   // bit planes used: 4 (4-bit), 2 (2-bit), 1 (1-bit), ORed
-    int n_subs;   // sub-blocks per super-block, each with its scale (and min)
-    int mins;     // 1: the type subtracts dmin * m_j
-    int offset;   // subtracted from q
-    int lookup;   // 1: q is an index into iq4nl_values (IQ4_XS)
-    int k4;       // 1: the scales and mins as GGUF's 12 bytes per row (Q4_K, Q5_K)
-    int six;      // 1: four chunks in three vectors, not planes (Q6_K; planes still counts its bits)
-    int three;    // 1: eight chunks in three vectors, not planes (Q3_K; planes still counts its bits)
-} PackedK;
-
-static PackedK packed_k_format(int type) {
-    switch (type) {
-    case TYPE_Q2_K: return (PackedK){.planes = 2, .n_subs = 16, .mins = 1};
-    case TYPE_Q3_K: return (PackedK){.planes = 2 | 1, .n_subs = 16, .offset = 4, .three = 1};
-    case TYPE_Q4_K: return (PackedK){.planes = 4, .n_subs = 8, .mins = 1, .k4 = 1};
-    case TYPE_Q5_K: return (PackedK){.planes = 4 | 1, .n_subs = 8, .mins = 1, .k4 = 1};
-    case TYPE_Q6_K: return (PackedK){.planes = 4 | 2, .n_subs = 16, .offset = 32, .six = 1};
-    default: return (PackedK){.planes = 4, .n_subs = 8, .offset = 128, .lookup = 1}; // IQ4_XS
-    }
-}
-
 // Where each plane starts in a super-block's quants, the smallest first,
 // and where the scale bytes start in its meta. Q5_K's first sub-block reads
 // all of its 1-bit plane: stored first, the block is read in order, one
 // stream, which the hardware prefetchers follow.
-static int plane_start(PackedK f, int plane) {
+static int plane_start(PackedLayout f, int plane) {
     int at = 0;
     if (plane == 1) return at;
     if (f.planes & 1) at += 512;
@@ -6592,8 +6602,8 @@ static int plane_start(PackedK f, int plane) {
     if (f.planes & 2) at += 1024;
     return at;
 }
-static int meta_sc(PackedK f) { return f.mins ? 64 : 32; } // where k4 starts too
-static int meta_m(PackedK f) { return meta_sc(f) + 16 * f.n_subs; }
+static int meta_sc(PackedLayout f) { return f.mins ? 64 : 32; } // where k4 starts too
+static int meta_m(PackedLayout f) { return meta_sc(f) + 16 * f.n_subs; }
 
 // The 4-bit plane's vector holding chunk c, and whether in its high
 // nibbles: each sub-block of eight chunks (the 4-bit types have 32-value
@@ -6604,7 +6614,7 @@ static int nibble_vector(int c) { return 4 * (c / 8) + c % 4; }
 static int nibble_high(int c) { return c % 8 >= 4; }
 
 #if HAVE_AVX2
-static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
+static int k_lines(PackedLayout f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f.planes & 1)); } // 64-byte lines of quants a block
 
 // Generation asks for a K-type's lines prefetch_far_bytes ahead (unless
 // prefetch_skip says not to), as for the 32-value types: each type's
@@ -6616,7 +6626,7 @@ static int k_lines(PackedK f) { return 8 * ((f.planes & 4) + (f.planes & 2) + (f
 #endif
 
 // Sub-block j's scale and min (0 without mins) of row r of a (g, b)'s meta.
-static void packed_k_scale(const unsigned char *meta, int j, int r, PackedK f, int *sc, int *m) {
+static void packed_k_scale(const unsigned char *meta, int j, int r, PackedLayout f, int *sc, int *m) {
     if (f.k4) {
         uint8_t k4[12];
         for (int k = 0; k < 12; k++) k4[k] = meta[meta_sc(f) + 16 * k + r];
@@ -6636,7 +6646,7 @@ typedef struct {
 } KBlock;
 
 static inline __attribute__((always_inline)) void unpack_k_block(KBlock *u, const void *block, int type) {
-    PackedK f = packed_k_format(type);
+    PackedLayout f = *packed_layout(type);
     int sc, m;
     memset(u, 0, sizeof *u);
     for (int k = 0; k < QK_K; k++) {
@@ -6646,8 +6656,9 @@ static inline __attribute__((always_inline)) void unpack_k_block(KBlock *u, cons
         case TYPE_Q4_K: u->q[k] = (uint8_t)q4_k_quant(((const BlockQ4_K *)block)->qs, k); break;
         case TYPE_Q5_K: u->q[k] = (uint8_t)q5_k_quant(block, k); break;
         case TYPE_Q6_K: u->q[k] = (uint8_t)(q6_k_quant(block, k) + 32); break;
-        default: { const uint8_t *qs = ((const BlockIQ4_XS *)block)->qs + 16 * (k / 32); // IQ4_XS
-                   u->q[k] = k % 32 < 16 ? qs[k % 16] & 0xF : qs[k % 16] >> 4; }
+        case TYPE_IQ4_XS: { const uint8_t *qs = ((const BlockIQ4_XS *)block)->qs + 16 * (k / 32);
+                            u->q[k] = k % 32 < 16 ? qs[k % 16] & 0xF : qs[k % 16] >> 4; } break;
+        default: no_packed_layout(type);
         }
     }
     for (int j = 0; j < f.n_subs; j++) {
@@ -6656,7 +6667,8 @@ static inline __attribute__((always_inline)) void unpack_k_block(KBlock *u, cons
         case TYPE_Q3_K: sc = q3_k_scale(((const BlockQ3_K *)block)->scales, j) - 32; m = 0; break;
         case TYPE_Q4_K: case TYPE_Q5_K: k4_scale_min(((const BlockQ4_K *)block)->scales, j, &sc, &m); break;
         case TYPE_Q6_K: sc = ((const BlockQ6_K *)block)->scales[j]; m = 0; break;
-        default: sc = iq4_xs_scale(block, j) - 32; m = 0; // IQ4_XS
+        case TYPE_IQ4_XS: sc = iq4_xs_scale(block, j) - 32; m = 0; break;
+        default: no_packed_layout(type);
         }
         u->sc[j] = (int8_t)sc;
         u->m[j] = (uint8_t)m;
@@ -6666,14 +6678,15 @@ static inline __attribute__((always_inline)) void unpack_k_block(KBlock *u, cons
     case TYPE_Q3_K: u->d = ((const BlockQ3_K *)block)->d; break;
     case TYPE_Q4_K: case TYPE_Q5_K: u->d = ((const BlockQ4_K *)block)->d; u->dmin = ((const BlockQ4_K *)block)->dmin; break;
     case TYPE_Q6_K: u->d = ((const BlockQ6_K *)block)->d; break;
-    default: u->d = ((const BlockIQ4_XS *)block)->d;
+    case TYPE_IQ4_XS: u->d = ((const BlockIQ4_XS *)block)->d; break;
+    default: no_packed_layout(type);
     }
 }
 
 // Row r of super-block (g, b) into the packed layout; block NULL: a
 // padding row (zeros: d = 0 makes it add nothing).
 static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *quants, unsigned char *meta, int r, const void *block, int type) {
-    PackedK f = packed_k_format(type);
+    PackedLayout f = *packed_layout(type);
     KBlock u;
     if (block) unpack_k_block(&u, block, type);
     else memset(&u, 0, sizeof u);
@@ -6731,13 +6744,14 @@ static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const 
     case TYPE_Q4_K: pack_k_row_as(quants, meta, r, block, TYPE_Q4_K); break;
     case TYPE_Q5_K: pack_k_row_as(quants, meta, r, block, TYPE_Q5_K); break;
     case TYPE_Q6_K: pack_k_row_as(quants, meta, r, block, TYPE_Q6_K); break;
-    default: pack_k_row_as(quants, meta, r, block, TYPE_IQ4_XS);
+    case TYPE_IQ4_XS: pack_k_row_as(quants, meta, r, block, TYPE_IQ4_XS); break;
+    default: no_packed_layout(type);
     }
 }
 
 // Row r's q of value k in a super-block's packed quants, as the kernels
 // multiply it (IQ4_XS: iq4nl_values[index] + 128).
-static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) {
+static int packed_k_value(const unsigned char *quants, int r, int k, PackedLayout f) {
     int c = k / 4, i = k % 4, q = 0, bits = 0;
     if (f.six) {
         const unsigned char *p = quants + 192 * (c / 4) + 4 * r + i;
@@ -6765,7 +6779,7 @@ static int packed_k_value(const unsigned char *quants, int r, int k, PackedK f) 
 
 // 16 rows of group g against one position x (Q8_K, col_blocks blocks): out[r].
 static void packed_k_position_plain(float *out, const Matrix *m, int g, const BlockQ8_K *x) {
-    PackedK f = packed_k_format(m->type);
+    PackedLayout f = *packed_layout(m->type);
     int n_blocks = col_blocks(m), len = QK_K / f.n_subs;
     float acc[GROUP_ROWS] = {0};
     for (int b = 0; b < n_blocks; b++) {
@@ -6807,7 +6821,7 @@ static void packed_k_group_plain(float *out, size_t out_stride, const Matrix *m,
 #if HAVE_AVX2
 // packed_k_scale for the 16 rows at once, a byte per row: sc (signed) and
 // m (unsigned; types without mins: undefined).
-static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, __m128i *m, const unsigned char *meta, int j, PackedK f) {
+static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, __m128i *m, const unsigned char *meta, int j, PackedLayout f) {
     if (!f.k4) {
         *sc = _mm_loadu_si128((const __m128i *)(meta + meta_sc(f) + 16 * j));
         *m = f.mins ? _mm_loadu_si128((const __m128i *)(meta + meta_m(f) + 16 * j)) : *sc;
@@ -6835,7 +6849,7 @@ static inline __attribute__((always_inline)) void packed_k_scales(__m128i *sc, _
 #if HAVE_AVX512_VNNI
 
 // Chunk c of a super-block's quants: 16 rows' q as unsigned bytes.
-static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedK f) {
+static inline __attribute__((always_inline)) __m512i packed_k_chunk(const unsigned char *quants, int c, PackedLayout f) {
     __m512i q = _mm512_setzero_si512();
     int bits = 0;
     if (f.six) { // the sub-block's three vectors (chunk 4s+3 reads them again, from L1)
@@ -6897,7 +6911,7 @@ static inline __attribute__((always_inline)) __m128i lane_128(__m512i v, int i) 
 // sub-block (prefetch_share); 0: not at all.
 static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, __m512i *summ, const unsigned char *quants,
                                                                  const unsigned char *meta, const BlockQ8_K *x, size_t x_stride,
-                                                                 int n_t, size_t far, PackedK f) {
+                                                                 int n_t, size_t far, PackedLayout f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4;
     for (int t = 0; t < n_t; t++) sumi[t] = summ[t] = _mm512_setzero_si512();
     __m512i sc_k4[2], m_k4[2];
@@ -6952,9 +6966,9 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m512i *sumi, _
 // g's rows: out[t * out_stride + r] for r < n_rows. Inlined with n_t and
 // the format constants, so the per-position arrays live in registers.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
+                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedLayout f) {
     int n_blocks = col_blocks(m);
-    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     __m512 acc[PACKED_TOKENS];
     for (int t = 0; t < n_t; t++) acc[t] = _mm512_setzero_ps();
@@ -7040,7 +7054,7 @@ static inline __m512i spread_rows(__m512i per_row) {
 // even and odd bytes are multiplied as int16 words in place (each row's
 // scale in both words of its lane), so no byte leaves its position.
 static inline __attribute__((always_inline)) void amx_weights(int8_t *high, uint8_t *low, const unsigned char *quants,
-                                                               const unsigned char *meta, PackedK f) {
+                                                               const unsigned char *meta, PackedLayout f) {
     int n_chunks = QK_K / f.n_subs / 4;
     __m512i low_byte = _mm512_set1_epi16(0x00FF);
     #pragma GCC unroll 16
@@ -7064,7 +7078,7 @@ static inline __attribute__((always_inline)) void amx_weights(int8_t *high, uint
 
 // Super-block (g, b)'s mins in the chunk layout: row r's m_j at every
 // value of sub-block j, so that the tile product with x is summ.
-static inline __attribute__((always_inline)) void amx_mins(uint8_t *mins, const unsigned char *meta, PackedK f) {
+static inline __attribute__((always_inline)) void amx_mins(uint8_t *mins, const unsigned char *meta, PackedLayout f) {
     int n_chunks = QK_K / f.n_subs / 4;
     for (int j = 0; j < f.n_subs; j++) {
         __m128i sc_bytes, m_bytes;
@@ -7089,9 +7103,9 @@ static void amx_arrange(int8_t *x_tiles, const BlockQ8_K *x, int t, int n_blocks
 // also in x_tiles (amx_arrange), against group g's rows: out[t * out_stride
 // + r] for r < n_rows.
 static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedK f) {
+                                                                const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedLayout f) {
     int n_blocks = col_blocks(m);
-    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     _Alignas(64) int8_t high[QK_K * GROUP_ROWS];
     _Alignas(64) uint8_t low[QK_K * GROUP_ROWS];
     _Alignas(64) uint8_t mins[QK_K * GROUP_ROWS];
@@ -7162,7 +7176,7 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
 
 // Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
 // values add up to the bits), by |x| <= 127, two to an int16.
-static int k_int16_run(PackedK f) {
+static int k_int16_run(PackedLayout f) {
     if (f.lookup) return 1;
     int bits = (f.planes & 4) + (f.planes & 2) + (f.planes & 1), most = 32767 / (2 * 127 * ((1 << bits) - 1));
     int n_chunks = QK_K / f.n_subs / 4, run = 1;
@@ -7172,7 +7186,7 @@ static int k_int16_run(PackedK f) {
 
 // Chunk c of a super-block's quants, rows 8h..8h+7: q as unsigned bytes
 // (IQ4_XS: its table's signed values).
-static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsigned char *quants, int c, int h, PackedK f) {
+static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsigned char *quants, int c, int h, PackedLayout f) {
     __m256i q = _mm256_setzero_si256();
     int bits = 0;
     if (f.six) {
@@ -7212,7 +7226,7 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
 // packed_k_scales gives them, shifted to that half). One exact 16-bit madd:
 // xsum is at most 32 * 128.
 static inline __attribute__((always_inline)) void packed_k_add_extra(__m256i *extra, __m128i sc, __m128i m, const BlockQ8_K *x,
-                                                                      size_t x_stride, int n_t, int j, PackedK f) {
+                                                                      size_t x_stride, int n_t, int j, PackedLayout f) {
     int len = QK_K / f.n_subs;
     __m256i coef = f.mins ? _mm256_cvtepu8_epi32(m) // the low half of each lane, the high half zero
                           : _mm256_and_si256(_mm256_cvtepi8_epi32(sc), _mm256_set1_epi32(0xFFFF));
@@ -7230,7 +7244,7 @@ static inline __attribute__((always_inline)) void packed_k_add_extra(__m256i *ex
 // table plus 128, an offset like the other types'.
 static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *sumi, __m256i *summ, const unsigned char *quants,
                                                                       const unsigned char *meta, int h, const BlockQ8_K *x,
-                                                                      size_t x_stride, PackedK f) {
+                                                                      size_t x_stride, PackedLayout f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4;
     __m256i extra[PACKED_TOKENS]; // sum of sc_j (or m_j) * xsum_j
     for (int t = 0; t < PACKED_TOKENS; t++) sumi[t] = extra[t] = _mm256_setzero_si256();
@@ -7266,7 +7280,7 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
 // not at all.
 static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][PACKED_TOKENS], __m256i summ[2][PACKED_TOKENS],
                                                                  const unsigned char *quants, const unsigned char *meta, int h0, int n_h,
-                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, size_t far, PackedK f) {
+                                                                 const BlockQ8_K *x, size_t x_stride, int n_t, size_t far, PackedLayout f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
     __m256i part[2][PACKED_TOKENS], extra[2][PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
     for (int h = h0; h < h0 + n_h; h++)
@@ -7309,9 +7323,9 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
 // for a share with each sub-block, as the VNNI kernels do). One position
 // takes both halves in one pass; a tile's sums fill the registers with one.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedK f) {
+                                                                 const BlockQ8_K *x, int n_t, int n_rows, PackedLayout f) {
     int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : 1;
-    size_t meta_bytes = type_traits[m->type].packed_meta_bytes;
+    size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
@@ -7351,7 +7365,7 @@ static inline __attribute__((always_inline)) void packed_k_tile(float *out, size
 // of AMX_TOKENS on AMX (where x_tiles holds their quants), then of
 // PACKED_TOKENS, then one at a time.
 static inline __attribute__((always_inline)) void packed_k_group_as(float *out, size_t out_stride, const Matrix *m, int g,
-                                                                     const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedK f) {
+                                                                     const BlockQ8_K *x, const int8_t *x_tiles, int n, int n_rows, PackedLayout f) {
     int t = 0;
 #if HAVE_AMX
     if (x_tiles && n >= AMX_TOKENS && amx_ready() && amx_take()) {
@@ -7374,12 +7388,13 @@ static inline __attribute__((always_inline)) void packed_k_group_as(float *out, 
 static void packed_k_group(float *out, size_t out_stride, const Matrix *m, int g, const BlockQ8_K *x, const int8_t *x_tiles,
                            int n, int n_rows) {
     switch (m->type) {
-    case TYPE_Q2_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q2_K)); break;
-    case TYPE_Q3_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q3_K)); break;
-    case TYPE_Q4_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q4_K)); break;
-    case TYPE_Q5_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q5_K)); break;
-    case TYPE_Q6_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_Q6_K)); break;
-    default: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, packed_k_format(TYPE_IQ4_XS));
+    case TYPE_Q2_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_Q2_K)); break;
+    case TYPE_Q3_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_Q3_K)); break;
+    case TYPE_Q4_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_Q4_K)); break;
+    case TYPE_Q5_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_Q5_K)); break;
+    case TYPE_Q6_K: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_Q6_K)); break;
+    case TYPE_IQ4_XS: packed_k_group_as(out, out_stride, m, g, x, x_tiles, n, n_rows, *packed_layout(TYPE_IQ4_XS)); break;
+    default: no_packed_layout(m->type);
     }
 }
 
@@ -7786,7 +7801,7 @@ static void free_matmul_scratch(MatmulScratch *mm) {
 
 // Whether this build has a SIMD kernel for type's packed layout (AVX2 or
 // AVX-512 VNNI: every packed type).
-static int packed_simd(int type) { return HAVE_AVX2 && type_traits[type].packed_bytes > 0; }
+static int packed_simd(int type) { return HAVE_AVX2 && type_traits[type].packed != NULL; }
 
 static int choose_kernel(int type) {
     if (packed_simd(type)) return KERNEL_PACKED;

@@ -2138,10 +2138,41 @@ static void test_exp_row(void) {
    kernels to the plain one bit for bit, for one position (generation) and
    for tiles of positions (prefill), with 1 and 2 threads. */
 
-// The types with a packed layout.
-static const int packed_types[] = {TYPE_Q8_0, TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_IQ4_NL, TYPE_MXFP4,
-                                    TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
-enum { N_PACKED_TYPES = sizeof packed_types / sizeof packed_types[0] };
+// The types with a packed layout, read from the weight types' table: a
+// type given one is packed and multiplied by every test below. Returns
+// how many; block_size 0: any block size.
+static int packed_types(int types[TYPE_COUNT], int block_size) {
+    int n = 0;
+    for (int type = 0; type < TYPE_COUNT; type++)
+        if (type_traits[type].packed && (!block_size || type_traits[type].block_size == block_size)) types[n++] = type;
+    return n;
+}
+
+// Every type the integer kernels multiply (its activations quantized) has
+// a layout; each layout's quants hold exactly its bits for 16 rows, and
+// its name is its own.
+static void test_packed_layout_table(void) {
+    int bad = 0, checked = 0;
+    char where[160] = "";
+    for (int type = 0; type < TYPE_COUNT; type++) {
+        const TypeTraits *tt = &type_traits[type];
+        if (!tt->dot || tt->act_type == TYPE_F32) continue;
+        const PackedLayout *f = tt->packed;
+        checked++;
+        if (!f) {
+            if (!bad++) format_text(where, sizeof where, "; first: %s has no packed layout", type_name((uint32_t)type));
+            continue;
+        }
+        int bits = tt->block_size == QK ? f->bits : (f->planes & 4) + (f->planes & 2) + (f->planes & 1);
+        int unique = 1;
+        for (int other = 0; other < type; other++)
+            if (type_traits[other].packed && strcmp(type_traits[other].packed->name, f->name) == 0) unique = 0;
+        if (f->quant_bytes * 8 != (size_t)GROUP_ROWS * tt->block_size * bits || !unique || (tt->block_size == QK_K) != (f->n_subs > 0))
+            if (!bad++) format_text(where, sizeof where, "; first: %s's layout %s", type_name((uint32_t)type), f->name);
+    }
+    report("kernels: every weight type the integer kernels multiply has a packed layout in its table row, its quants its bits, its name its own",
+           bad == 0 && checked >= 13, "%d types, %d wrong%s", checked, bad, where);
+}
 
 // A random matrix (rows, cols) of a packed type, packed; free data and packed.
 static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
@@ -2160,13 +2191,13 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
     const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
     uint16_t d, dmin;
     if (type_traits[m->type].block_size == QK) {
-        float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_offset(m->type));
-        if (!packed_mins(m->type)) return value;
+        float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_layout(m->type)->offset);
+        if (!packed_layout(m->type)->mins) return value;
         memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
         return value + f16_to_f32(dmin);
     }
     memcpy(&d, meta + 2 * r, 2);
-    PackedK f = packed_k_format(m->type);
+    PackedLayout f = *packed_layout(m->type);
     int sc, mj, q = packed_k_value(quants, r, k, f);
     packed_k_scale(meta, k / (QK_K / f.n_subs), r, f, &sc, &mj);
     if (!f.mins) return f16_to_f32(d) * sc * (q - f.offset);
@@ -2176,13 +2207,13 @@ static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
 
 static void test_packed_layout(void) {
     uint64_t rng = 3;
-    int checked = 0, bad = 0;
+    int checked = 0, bad = 0, types[TYPE_COUNT], n_types = packed_types(types, 0);
     char where[128] = "";
-    for (int ty = 0; ty < N_PACKED_TYPES; ty++)
+    for (int ty = 0; ty < n_types; ty++)
         for (int a = 0; a < N_KERNEL_SIZES; a++)
             for (int b = 0; b < N_KERNEL_SIZES; b++) {
-                int rows = kernel_sizes[a], cols = kernel_sizes[b], block = type_traits[packed_types[ty]].block_size;
-                Matrix m = random_packed(&rng, packed_types[ty], rows, cols);
+                int rows = kernel_sizes[a], cols = kernel_sizes[b], block = type_traits[types[ty]].block_size;
+                Matrix m = random_packed(&rng, types[ty], rows, cols);
                 int n_blocks = (cols + block - 1) / block, n_groups = (rows + GROUP_ROWS - 1) / GROUP_ROWS;
                 float *row = malloc((size_t)n_blocks * block * sizeof(float));
                 for (int g = 0; g < n_groups; g++)
@@ -2200,8 +2231,8 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every value, scale and min (all 13 packed types), padded blocks as stored, zero rows past the edge", bad == 0,
-           "%d values, %d off%s", checked, bad, where);
+    report("kernels: pack_matrix keeps every value, scale and min (every type with a layout), padded blocks as stored, zero rows past the edge",
+           bad == 0 && n_types >= 13, "%d types, %d values, %d off%s", n_types, checked, bad, where);
 }
 
 // quantize_act (SIMD where built) == quantize_act_plain.
@@ -2304,10 +2335,10 @@ static const char *packed_simd_name(int type) {
 static void test_packed_kernels(void) {
     static const int positions[] = {1, 5, 16, 17, 40}, k_positions[] = {1, 9, 17};
     uint64_t rng = 17;
-    const int *types = packed_types;
+    int types[TYPE_COUNT], n_types = packed_types(types, 0);
     for (int threads = 1; threads <= max_threads(); threads++) {
         set_threads(threads);
-        for (int ty = 0; ty < N_PACKED_TYPES; ty++) {
+        for (int ty = 0; ty < n_types; ty++) {
             int checked = 0, bad_ref = 0, bad_simd = 0, bad_batch = 0;
             char where[160] = "";
             int k_quant = type_traits[types[ty]].act_type == TYPE_Q8_K;
@@ -2500,7 +2531,7 @@ static void test_packed_extremes(void) {
                     xq[b].q[k] = (int8_t)v;
                     sum += v;
                 }
-                xq[b].bias = packed_offset(types[ty]) * sum;
+                xq[b].bias = packed_layout(types[ty])->offset * sum;
             }
             for (int i = 0; i < ROWS; i++)
                 for (int j = 0; j < COLS; j++) { // trial 0: both ends, 1: all high, 2: all low
@@ -2637,10 +2668,10 @@ static void test_dot_extremes_all(void) {
 // give the exact sums within float rounding, and agree bit for bit.
 static void test_packed_k_extremes(void) {
     enum { ROWS = 19, N = 2 * QK_K, TRIALS = 24, POSITIONS = 17 };
-    static const int types[] = {TYPE_Q2_K, TYPE_Q3_K, TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_XS};
+    int types[TYPE_COUNT], n_types = packed_types(types, QK_K);
     int n_positions = HAVE_AMX ? POSITIONS : PACKED_TOKENS + 1; // a tile and one more
     uint64_t rng = 29;
-    for (size_t ty = 0; ty < sizeof types / sizeof types[0]; ty++) {
+    for (int ty = 0; ty < n_types; ty++) {
         const TypeTraits *tt = &type_traits[types[ty]];
         size_t row_bytes = (size_t)(N / tt->block_size) * tt->block_bytes;
         unsigned char *data = malloc(ROWS * row_bytes), *packed = NULL;
@@ -3285,6 +3316,7 @@ static void kernel_tests(void) {
     test_max_row();
     test_dispatch_not_finite();
     test_exp_row();
+    test_packed_layout_table();
     test_packed_layout();
     test_quantize_act();
     test_quantize_q8_k();
