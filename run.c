@@ -10621,7 +10621,7 @@ void usage(FILE *f) {
         "                             model's own, else ./tokenizer.bin)\n"
         "  -y, --system-prompt <s>    system prompt (chat mode)\n"
         "      --chat-template <name> chat mode: llama2, llama3, chatml, zephyr, mistral, gemma,\n"
-        "                             qwen3, harmony, deepseek-r1 (default: the model's own template)\n"
+        "                             qwen3, harmony, deepseek-r1 (default: the model's own)\n"
         "      --reasoning <level>    chat mode: off | on | low | medium | high: Qwen3 thinks or\n"
         "                             not, gpt-oss reasons at that level (default: the template's)\n"
         "      --hide-reasoning       chat mode: print the answer, not the reasoning before it\n"

@@ -8420,6 +8420,22 @@ static void test_r1_history(void) {
     tokenizer_close(&tk);
 }
 
+// Only a DeepSeek template whose generation prompt opens <think>\n is the
+// R1 distills'; V3's and V3.1's (other prompts) are not recognized.
+static void test_r1_recognition(void) {
+    static const struct { const char *jinja; int want; } cases[] = {
+        {"{{bos_token}}{{'" DEEPSEEK_USER "' + m['content']}}{{'" DEEPSEEK_ASSISTANT "<think>\\n'}}", TEMPLATE_DEEPSEEK_R1},
+        {"{{'" DEEPSEEK_USER "' + m['content']}}{% if thinking %}{{'" DEEPSEEK_ASSISTANT "<think>'}}{% else %}{{'"
+         DEEPSEEK_ASSISTANT "</think>'}}{% endif %}", TEMPLATE_UNKNOWN},
+        {"{{'" DEEPSEEK_USER "' + m['content']}}{% if add_generation_prompt %}{{'" DEEPSEEK_ASSISTANT "'}}{% endif %}",
+         TEMPLATE_UNKNOWN},
+    };
+    int right = 0, n = (int)(sizeof cases / sizeof *cases);
+    for (int i = 0; i < n; i++) right += recognize_template(cases[i].jinja, strlen(cases[i].jinja)) == cases[i].want;
+    report("chat: deepseek-r1 is recognized by its generation prompt <think>\\n, not in DeepSeek's other templates",
+           right == n, "%d of %d templates told apart", right, n);
+}
+
 // A one-line refusal (status 1) naming what is wrong, or (says NULL) a chat.
 static void r1_cli_case(const char *label, const char *model, const char *const args[4], const char *says) {
     char name[256], status[64], err[256];
@@ -8448,6 +8464,7 @@ static void test_deepseek_r1(const char *qwtiny) {
                error_message[0] ? error_message : "cannot make the model");
         return;
     }
+    test_r1_recognition();
     test_chat_render_tsv("reference/arch/chat/deepseek_r1_chat.tsv", R1_VOCAB, TEMPLATE_DEEPSEEK_R1, REASONING_DEFAULT);
     test_r1_history();
     static const char *const reply[] = {"The user greets.\n", "</think>", "\n\n", "Hello!", DEEPSEEK_END, DEEPSEEK_USER, NULL};
