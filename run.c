@@ -908,7 +908,7 @@ typedef struct { int child, sibling, id; unsigned char byte; } UserNode;
 // tokenizer.chat_template is recognized as, or NONE (no template: Llama 2's
 // format is used) or UNKNOWN (the user must choose one).
 enum { TEMPLATE_NONE = -1, TEMPLATE_LLAMA2, TEMPLATE_LLAMA3, TEMPLATE_CHATML, TEMPLATE_ZEPHYR, TEMPLATE_MISTRAL,
-       TEMPLATE_GEMMA, TEMPLATE_QWEN3, TEMPLATE_HARMONY, TEMPLATE_UNKNOWN };
+       TEMPLATE_GEMMA, TEMPLATE_QWEN3, TEMPLATE_HARMONY, TEMPLATE_DEEPSEEK_R1, TEMPLATE_UNKNOWN };
 
 typedef struct {
     char **vocab;          // (vocab_size) pieces, NUL-terminated (byte-level BPE: raw bytes)
@@ -2065,6 +2065,10 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
               <|return|>, and is kept in the context as the template renders an
               earlier reply: <|channel|>"final"<|message|>{answer}<|end|>. So is
               Qwen3's: its <think>...</think> part dropped.
+     deepseek-r1  BOS "{system}"<｜User｜>"{user}"<｜Assistant｜><think>"\n" {reply}<｜end▁of▁sentence｜>
+              (the R1 distills; no marker before the system prompt). The prompt
+              opens the reasoning; an earlier reply is kept as
+              <｜Assistant｜>"{what follows its last </think>}"<｜end▁of▁sentence｜>.
    (chatml and zephyr start with BOS when the model adds one). The first turn
    in the context carries the system prompt. Reasoning (harmony's analysis
    channel, <think>...</think>) is printed between [reasoning] and
@@ -2074,8 +2078,14 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
    again. */
 
 static const char *const template_names[] = {"llama2", "llama3", "chatml", "zephyr", "mistral", "gemma", "qwen3",
-                                             "harmony"};
-#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral, gemma, qwen3, harmony"
+                                             "harmony", "deepseek-r1"};
+#define TEMPLATE_CHOICES "llama2, llama3, chatml, zephyr, mistral, gemma, qwen3, harmony, deepseek-r1"
+
+// DeepSeek's markers are spelled with U+FF5C (a full-width bar) and U+2581.
+#define FULL_BAR "\xEF\xBD\x9C"
+#define DEEPSEEK_USER "<" FULL_BAR "User" FULL_BAR ">"
+#define DEEPSEEK_ASSISTANT "<" FULL_BAR "Assistant" FULL_BAR ">"
+#define DEEPSEEK_END "<" FULL_BAR "end\xE2\x96\x81of\xE2\x96\x81sentence" FULL_BAR ">"
 
 // --reasoning: the template's default, or what the user chose.
 enum { REASONING_DEFAULT, REASONING_OFF, REASONING_ON, REASONING_LOW, REASONING_MEDIUM, REASONING_HIGH };
@@ -2100,6 +2110,10 @@ static int recognize_template(const char *jinja, size_t len) {
     if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
         return TEMPLATE_LLAMA3;
     if (contains(jinja, len, "<|user|>")) return TEMPLATE_ZEPHYR;
+    // the R1 distills' template, whose generation prompt opens the reasoning
+    // (DeepSeek V3's and later templates have other prompts)
+    if (contains(jinja, len, DEEPSEEK_USER) && contains(jinja, len, DEEPSEEK_ASSISTANT "<think>\\n"))
+        return TEMPLATE_DEEPSEEK_R1;
     return TEMPLATE_UNKNOWN;
 }
 
@@ -2156,6 +2170,9 @@ typedef struct {
     int start, message, channel, end_message, stop, call; // harmony's <|start|>, <|message|>, <|channel|>,
                                                           // <|end|>, <|return|>, <|call|>; or -1
     int think, end_think; // <think> and </think> when the vocabulary has them, or -1
+    int user, assistant, end_sentence; // deepseek-r1's <｜User｜>, <｜Assistant｜>, <｜end▁of▁sentence｜>; or -1
+    int n_gen_only;     // ids that end every prompt but not an earlier reply's rendering (deepseek-r1's
+                        // <think>\n): a finished reply takes their place
     int end[MAX_END];   // what ends a reply in the context
     int n_end;
     Turn *turns;        // (n_turns) every turn so far
@@ -2323,6 +2340,15 @@ static int *render_turn(Chat *chat, const char *user, int first, int *n) {
         put_id(&r, tk->eos_id);
         put_text(&r, "\n<|assistant|>\n");
         break;
+    case TEMPLATE_DEEPSEEK_R1: // the system prompt starts the text, with no marker
+        if (first) put_id(&r, bos);
+        if (sys) put_text(&r, "%s", sys);
+        put_id(&r, chat->user);
+        put_text(&r, "%s", user);
+        put_id(&r, chat->assistant);
+        put_id(&r, chat->think); // the reply starts in its reasoning
+        put_text(&r, "\n");
+        break;
     case TEMPLATE_MISTRAL:
         if (first) put_id(&r, bos);
         put_text(&r, "[INST] %s%s%s [/INST]", sys ? sys : "", sys ? "\n\n" : "", user);
@@ -2379,6 +2405,10 @@ static int reasoning_for_template(Chat *chat, int template) {
         chat->reasoning = r == REASONING_DEFAULT || r == REASONING_ON ? REASONING_MEDIUM : r;
     } else if (template == TEMPLATE_QWEN3) {
         chat->reasoning = r == REASONING_OFF ? REASONING_OFF : REASONING_ON; // Qwen3 has no levels
+    } else if (template == TEMPLATE_DEEPSEEK_R1) {
+        if (r != REASONING_DEFAULT && r != REASONING_ON)
+            return fail("--reasoning %s: the deepseek-r1 chat template always reasons (its prompt opens <think>) "
+                        "and has no setting; --hide-reasoning keeps the reasoning off the screen", reasoning_names[r]);
     } else if (r != REASONING_DEFAULT) {
         return fail("--reasoning %s: the %s chat template has no reasoning setting (qwen3's and harmony's have)",
                     reasoning_names[r], template_names[template]);
@@ -2405,7 +2435,8 @@ static int chat_template_init(Chat *chat) {
     chat->template = template;
     chat->start_header = chat->end_header = chat->eot = chat->im_start = chat->im_end = -1;
     chat->start = chat->message = chat->channel = chat->end_message = chat->stop = chat->call = -1;
-    chat->n_end = 0;
+    chat->user = chat->assistant = chat->end_sentence = -1;
+    chat->n_end = chat->n_gen_only = 0;
     if (reasoning_for_template(chat, template) != 0) return -1;
     chat->think = template == TEMPLATE_HARMONY ? -1 : token_spelled(tk, "<think>");
     chat->end_think = chat->think < 0 ? -1 : token_spelled(tk, "</think>");
@@ -2432,7 +2463,21 @@ static int chat_template_init(Chat *chat) {
         ((chat->im_start = template_token(tk, "<|im_start|>", template)) < 0 ||
          (chat->im_end = template_token(tk, "<|im_end|>", template)) < 0))
         return -1;
+    if (template == TEMPLATE_DEEPSEEK_R1 &&
+        ((chat->user = template_token(tk, DEEPSEEK_USER, template)) < 0 ||
+         (chat->assistant = template_token(tk, DEEPSEEK_ASSISTANT, template)) < 0 ||
+         (chat->end_sentence = template_token(tk, DEEPSEEK_END, template)) < 0))
+        return -1;
+    if (template == TEMPLATE_DEEPSEEK_R1) {
+        int newline[8], n = 0;
+        if (chat->think < 0)
+            return fail("the deepseek-r1 chat template needs the tokens <think> and </think>, which this vocabulary "
+                        "lacks (choose another with --chat-template)");
+        if (encode(chat->tk, "\n", 1, 0, 0, newline, &n) != 0) return -1;
+        chat->n_gen_only = 1 + n; // <think> and the newline after it
+    }
     if (template == TEMPLATE_LLAMA3) chat->end[chat->n_end++] = chat->eot;
+    else if (template == TEMPLATE_DEEPSEEK_R1) chat->end[chat->n_end++] = chat->end_sentence;
     else if (template == TEMPLATE_HARMONY) chat->end[chat->n_end++] = chat->end_message;
     else if (template == TEMPLATE_CHATML || template == TEMPLATE_QWEN3 || template == TEMPLATE_GEMMA) {
         // <|im_end|> (Gemma's <end_of_turn>) and the newline after it
@@ -2460,6 +2505,7 @@ static int kept_turns(Chat *chat, int first, int write) {
         int n;
         int *prompt = render_turn(chat, chat->turns[i].user, i == first, &n);
         if (!prompt) return -1;
+        n -= chat->n_gen_only; // the reply that follows takes the place of the prompt's end
         if (write) {
             memcpy(chat->context + total, prompt, (size_t)n * sizeof(int));
             memcpy(chat->context + total + n, chat->turns[i].reply, (size_t)chat->turns[i].n_reply * sizeof(int));
@@ -2534,6 +2580,7 @@ typedef struct {
 static void reply_view_init(ReplyView *v, const Chat *chat, FILE *out) {
     *v = (ReplyView){.chat = chat, .text = {.out = out}, .skip_space = 1,
                      .part = chat->template == TEMPLATE_HARMONY ? PART_HEADER : PART_ANSWER};
+    if (chat->template == TEMPLATE_DEEPSEEK_R1) { v->part = PART_REASONING; v->skip_space = 2; } // the prompt opened <think>
 }
 
 // Ends the current part and starts the next.
@@ -2676,11 +2723,26 @@ static int *qwen3_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
     return kept;
 }
 
+// What of a DeepSeek-R1 reply the context keeps, as its template renders an
+// earlier reply: what follows the last </think>, newlines and all; the
+// reply as it is without </think>. A new array as harmony_kept's.
+static int *deepseek_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
+    int from = 0;
+    for (int i = 0; i < n; i++)
+        if (reply[i] == chat->end_think) from = i + 1;
+    int *kept = malloc(((size_t)(n - from) + MAX_END) * sizeof(int));
+    if (!kept) return NULL;
+    memcpy(kept, reply + from, (size_t)(n - from) * sizeof(int));
+    *n_kept = n - from;
+    return kept;
+}
+
 // What of a reply (reply[0..n), no end-of-turn) the context keeps: a new
 // array with room for the end-of-turn, or NULL when out of memory.
 static int *reply_kept(const Chat *chat, const int *reply, int n, int *n_kept) {
     if (chat->template == TEMPLATE_HARMONY) return harmony_kept(chat, reply, n, n_kept);
     if (chat->template == TEMPLATE_QWEN3 && chat->end_think >= 0) return qwen3_kept(chat, reply, n, n_kept);
+    if (chat->template == TEMPLATE_DEEPSEEK_R1) return deepseek_kept(chat, reply, n, n_kept);
     int *kept = malloc(((size_t)n + MAX_END) * sizeof(int));
     if (!kept) return NULL;
     memcpy(kept, reply, (size_t)n * sizeof(int));
@@ -2697,6 +2759,20 @@ static void context_replace_reply(Chat *chat, int start, const int *kept, int n)
     memcpy(chat->context + start, kept, (size_t)n * sizeof(int));
     chat->n_context = start + n;
     if (chat->pos > start + same) chat->pos = start + same;
+}
+
+// A finished reply (reply[0..*n), no end-of-turn, fed from context position
+// start) as the context keeps it: for harmony, Qwen3 and deepseek-r1 the
+// form the template gives an earlier reply, put in the context in its
+// place; the others as generated. Takes reply; returns an array with room
+// for the end-of-turn, or NULL when out of memory.
+static int *keep_reply(Chat *chat, int start, int *reply, int *n) {
+    if (chat->template != TEMPLATE_HARMONY && chat->template != TEMPLATE_QWEN3 && chat->template != TEMPLATE_DEEPSEEK_R1)
+        return reply;
+    int *kept = reply_kept(chat, reply, *n, n);
+    free(reply);
+    if (kept) context_replace_reply(chat, start - chat->n_gen_only, kept, *n);
+    return kept;
 }
 
 // Streams a reply to stdout; returns its ids as the context keeps them,
@@ -2724,12 +2800,7 @@ static int *chat_reply(Chat *chat, float *logits, int *n_reply) {
     }
     reply_finish(&view);
     interrupted = 0; // Ctrl-C ends the reply, not the chat
-    if (chat->template == TEMPLATE_HARMONY || chat->template == TEMPLATE_QWEN3) {
-        int *kept = reply_kept(chat, reply, n, &n);
-        free(reply);
-        if (!(reply = kept)) { fail("out of memory"); return NULL; }
-        context_replace_reply(chat, start, reply, n);
-    }
+    if (!(reply = keep_reply(chat, start, reply, &n))) { fail("out of memory"); return NULL; }
     // however it ended, the reply ends with the end-of-turn, fed with the next turn
     for (int i = 0; i < chat->n_end; i++) reply[n++] = chat->end[i];
     *n_reply = n;
@@ -10565,7 +10636,7 @@ void usage(FILE *f) {
         "                             model's own, else ./tokenizer.bin)\n"
         "  -y, --system-prompt <s>    system prompt (chat mode)\n"
         "      --chat-template <name> chat mode: llama2, llama3, chatml, zephyr, mistral, gemma,\n"
-        "                             qwen3, harmony (default: the model's own template)\n"
+        "                             qwen3, harmony, deepseek-r1 (default: the model's own)\n"
         "      --reasoning <level>    chat mode: off | on | low | medium | high: Qwen3 thinks or\n"
         "                             not, gpt-oss reasons at that level (default: the template's)\n"
         "      --hide-reasoning       chat mode: print the answer, not the reasoning before it\n"
