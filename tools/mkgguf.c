@@ -83,12 +83,10 @@ static void add(Tensors *ts, const char *name, int cols, int rows, int stack, fl
     ts->n++;
 }
 
-static void add_layer(Tensors *ts, const Preset *p, int l, const char *part, int cols, int rows, int stack,
-                      float scale, float offset) {
+static void add_layer(Tensors *ts, int l, const char *part, int cols, int rows, int stack, float scale, float offset) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", l, part);
     add(ts, name, cols, rows, stack, scale, offset);
-    (void)p;
 }
 
 // The tensors of preset p with vocab tokens, in llama.cpp's names.
@@ -101,43 +99,43 @@ static void model_tensors_of(Tensors *ts, const Preset *p, int vocab) {
     add(ts, "output_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
     if (!p->tied) add(ts, "output.weight", p->dim, vocab, 1, s_dim, 0.0f);
     for (int l = 0; l < p->layers; l++) {
-        add_layer(ts, p, l, "attn_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
-        add_layer(ts, p, l, "attn_q.weight", p->dim, q_dim, 1, s_dim, 0.0f);
-        add_layer(ts, p, l, "attn_k.weight", p->dim, kv_dim, 1, s_dim, 0.0f);
-        add_layer(ts, p, l, "attn_v.weight", p->dim, kv_dim, 1, s_dim, 0.0f);
-        add_layer(ts, p, l, "attn_output.weight", q_dim, p->dim, 1, s_q, 0.0f);
+        add_layer(ts, l, "attn_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
+        add_layer(ts, l, "attn_q.weight", p->dim, q_dim, 1, s_dim, 0.0f);
+        add_layer(ts, l, "attn_k.weight", p->dim, kv_dim, 1, s_dim, 0.0f);
+        add_layer(ts, l, "attn_v.weight", p->dim, kv_dim, 1, s_dim, 0.0f);
+        add_layer(ts, l, "attn_output.weight", q_dim, p->dim, 1, s_q, 0.0f);
         if (qk_norm) {
-            add_layer(ts, p, l, "attn_q_norm.weight", p->head_size, 1, 1, 0.0f, 1.0f);
-            add_layer(ts, p, l, "attn_k_norm.weight", p->head_size, 1, 1, 0.0f, 1.0f);
+            add_layer(ts, l, "attn_q_norm.weight", p->head_size, 1, 1, 0.0f, 1.0f);
+            add_layer(ts, l, "attn_k_norm.weight", p->head_size, 1, 1, 0.0f, 1.0f);
         }
         if (gptoss) {
-            add_layer(ts, p, l, "attn_q.bias", q_dim, 1, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "attn_k.bias", kv_dim, 1, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "attn_v.bias", kv_dim, 1, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "attn_output.bias", p->dim, 1, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "attn_sinks.weight", p->heads, 1, 1, 1.0f, 0.0f);
+            add_layer(ts, l, "attn_q.bias", q_dim, 1, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "attn_k.bias", kv_dim, 1, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "attn_v.bias", kv_dim, 1, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "attn_output.bias", p->dim, 1, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "attn_sinks.weight", p->heads, 1, 1, 1.0f, 0.0f);
         }
         // gpt-oss names its pre-FFN norm post_attention_norm; Gemma 3 has both and a post-FFN norm
-        add_layer(ts, p, l, gptoss ? "post_attention_norm.weight" : "ffn_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
+        add_layer(ts, l, gptoss ? "post_attention_norm.weight" : "ffn_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
         if (gemma) {
-            add_layer(ts, p, l, "post_attention_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
-            add_layer(ts, p, l, "post_ffw_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
+            add_layer(ts, l, "post_attention_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
+            add_layer(ts, l, "post_ffw_norm.weight", p->dim, 1, 1, 0.0f, 1.0f);
         }
         if (E == 0) {
-            add_layer(ts, p, l, "ffn_gate.weight", p->dim, p->ff, 1, s_dim, 0.0f);
-            add_layer(ts, p, l, "ffn_up.weight", p->dim, p->ff, 1, s_dim, 0.0f);
-            add_layer(ts, p, l, "ffn_down.weight", p->ff, p->dim, 1, 1.0f / sqrtf((float)p->ff), 0.0f);
+            add_layer(ts, l, "ffn_gate.weight", p->dim, p->ff, 1, s_dim, 0.0f);
+            add_layer(ts, l, "ffn_up.weight", p->dim, p->ff, 1, s_dim, 0.0f);
+            add_layer(ts, l, "ffn_down.weight", p->ff, p->dim, 1, 1.0f / sqrtf((float)p->ff), 0.0f);
             continue;
         }
-        add_layer(ts, p, l, "ffn_gate_inp.weight", p->dim, E, 1, s_dim, 0.0f);
-        add_layer(ts, p, l, "ffn_gate_exps.weight", p->dim, p->expert_ff, E, s_dim, 0.0f);
-        add_layer(ts, p, l, "ffn_up_exps.weight", p->dim, p->expert_ff, E, s_dim, 0.0f);
-        add_layer(ts, p, l, "ffn_down_exps.weight", p->expert_ff, p->dim, E, 1.0f / sqrtf((float)p->expert_ff), 0.0f);
+        add_layer(ts, l, "ffn_gate_inp.weight", p->dim, E, 1, s_dim, 0.0f);
+        add_layer(ts, l, "ffn_gate_exps.weight", p->dim, p->expert_ff, E, s_dim, 0.0f);
+        add_layer(ts, l, "ffn_up_exps.weight", p->dim, p->expert_ff, E, s_dim, 0.0f);
+        add_layer(ts, l, "ffn_down_exps.weight", p->expert_ff, p->dim, E, 1.0f / sqrtf((float)p->expert_ff), 0.0f);
         if (gptoss) {
-            add_layer(ts, p, l, "ffn_gate_inp.bias", E, 1, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "ffn_gate_exps.bias", p->expert_ff, E, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "ffn_up_exps.bias", p->expert_ff, E, 1, 0.02f, 0.0f);
-            add_layer(ts, p, l, "ffn_down_exps.bias", p->dim, E, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "ffn_gate_inp.bias", E, 1, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "ffn_gate_exps.bias", p->expert_ff, E, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "ffn_up_exps.bias", p->expert_ff, E, 1, 0.02f, 0.0f);
+            add_layer(ts, l, "ffn_down_exps.bias", p->dim, E, 1, 0.02f, 0.0f);
         }
     }
 }
