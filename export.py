@@ -868,6 +868,7 @@ GGUF_NAMES = {
     "wo": "attn_output", "w1": "ffn_gate", "w2": "ffn_down", "w3": "ffn_up",
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "gate_inp": "ffn_gate_inp",
     "gate_exps": "ffn_gate_exps", "up_exps": "ffn_up_exps", "down_exps": "ffn_down_exps",
+    "post_att": "post_attention_norm", "post_ffn": "post_ffw_norm",
 }
 
 
@@ -919,6 +920,9 @@ def gguf_model_tensors(source, dtype, out_path):
             add("q_norm", True, (c.head_size,), layer)
             add("k_norm", True, (c.head_size,), layer)
         add("rms_ffn", True, (c.dim,), layer)
+        if source.gemma:
+            add("post_att", True, (c.dim,), layer)
+            add("post_ffn", True, (c.dim,), layer)
         if source.experts:
             n_expert, ff = source.experts["count"], source.experts["ff"]
             add("gate_inp", True, (n_expert, c.dim), layer)
@@ -964,6 +968,15 @@ def gguf_model_metadata(source, dtype, vocab_size):
     if source.rope_scaling and source.rope_scaling["type"] == "linear":
         meta += [(f"{arch}.rope.scaling.type", GGUF_STRING, "linear"),
                  (f"{arch}.rope.scaling.factor", GGUF_F32, source.rope_scaling["factor"])]
+    if source.gemma:
+        g = source.gemma
+        if g["window"]:
+            meta += [(f"{arch}.attention.sliding_window", GGUF_U32, g["window"]),
+                     (f"{arch}.rope.freq_base_swa", GGUF_F32, g["local_theta"])]
+            if g["period"] != GEMMA_WINDOW_PERIOD:
+                meta.append((f"{arch}.attention.sliding_window_pattern", GGUF_U32, g["period"]))
+        if g["softcap"]:
+            meta.append((f"{arch}.final_logit_softcapping", GGUF_F32, g["softcap"]))
     return meta
 
 
@@ -1168,6 +1181,11 @@ HF_NAMES = {
     "k_norm": "model.layers.{}.self_attn.k_norm.weight",
     "gate_inp": "model.layers.{}.mlp.gate.weight",
 }
+# Gemma 3's norms: one before and one after attention and the feed-forward.
+GEMMA_NAMES = dict(HF_NAMES, rms_ffn="model.layers.{}.pre_feedforward_layernorm.weight",
+                   post_att="model.layers.{}.post_attention_layernorm.weight",
+                   post_ffn="model.layers.{}.post_feedforward_layernorm.weight")
+GEMMA_NORMS = ("rms_att", "rms_ffn", "rms_final", "q_norm", "k_norm", "post_att", "post_ffn")
 # The experts of a mixture-of-experts layer: one matrix per expert, which the
 # GGUF file stacks into one 3-D tensor per kind.
 HF_EXPERT_NAMES = {
@@ -1243,7 +1261,7 @@ def open_hf_pickles(directory):
 def hf_head_dim(cfg, path, dim, n_heads):
     """Qwen3's head size, which its config states (head_dim); None where it
     must be dim / n_heads."""
-    if cfg.get("model_type") not in ("qwen3", "qwen3_moe"):
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe", "gemma3_text"):
         if cfg.get("head_dim", dim // n_heads) not in (None, dim // n_heads):
             raise ExportError(f"{path}: head_dim {cfg['head_dim']} differs from hidden_size / "
                               f"num_attention_heads = {dim // n_heads}; run.c needs them equal")
@@ -1251,6 +1269,9 @@ def hf_head_dim(cfg, path, dim, n_heads):
     # transformers defaults to 128 when it is absent, llama.cpp to dim / n_heads
     head_dim = cfg.get("head_dim")
     if head_dim is None:
+        if cfg.get("model_type") == "gemma3_text":
+            raise ExportError(f"{path}: head_dim is missing; Gemma 3's head size must be stated (transformers and "
+                              f"llama.cpp's converter assume 256)")
         raise ExportError(f"{path}: head_dim is missing; Qwen3's head size must be stated (transformers assumes "
                           f"128, llama.cpp hidden_size / num_attention_heads)")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
@@ -1322,7 +1343,9 @@ def hf_experts(cfg, path):
 
 # Hugging Face model_type -> (architectures, GGUF architecture).
 HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-                    "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe")}
+                    "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe"),
+                    "gemma3_text": ("Gemma3ForCausalLM", "gemma3")}
+GEMMA_WINDOW_PERIOD = 6  # llama.cpp's gemma3: every 6th layer global unless sliding_window_pattern says otherwise
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -1334,6 +1357,10 @@ def check_hf_architecture(cfg, path):
         raise ExportError(f"{path}: has neither model_type nor architectures")
     if model_type is None:
         model_type = next((t for t, (a, _) in HF_ARCHITECTURES.items() if archs == [a]), None)
+    if model_type == "gemma3" or archs == ["Gemma3ForConditionalGeneration"]:
+        raise ExportError(f"{path}: Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B) holds a vision tower "
+                          f"beside the language model, which export.py does not take apart; it converts "
+                          f"Gemma3ForCausalLM directories (model_type 'gemma3_text': Gemma 3 270M, 1B)")
     if model_type not in HF_ARCHITECTURES:
         raise ExportError(f"{path}: model_type is {model_type!r}, not one of "
                           f"{', '.join(repr(t) for t in HF_ARCHITECTURES)}")
@@ -1342,13 +1369,18 @@ def check_hf_architecture(cfg, path):
         raise ExportError(f"{path}: architectures {archs} is not ['{hf_arch}'] (model_type {model_type!r})")
     if cfg.get("mlp_bias"):
         raise ExportError(f"{path}: mlp_bias is true; run.c has no bias terms in the feed-forward network")
-    if cfg.get("hidden_act", "silu") != "silu":
+    if arch == "gemma3":
+        act = cfg.get("hidden_activation", cfg.get("hidden_act", "gelu_pytorch_tanh"))
+        if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+            raise ExportError(f"{path}: hidden_activation {act!r} is not gelu_pytorch_tanh, Gemma 3's (llama.cpp's "
+                              f"gemma3 and run.c compute that one)")
+    elif cfg.get("hidden_act", "silu") != "silu":
         raise ExportError(f"{path}: hidden_act {cfg['hidden_act']!r} is not silu")
-    if cfg.get("use_sliding_window"):
+    if cfg.get("use_sliding_window") and arch != "gemma3":
         raise ExportError(f"{path}: use_sliding_window is true; run.c attends to the whole context")
     if cfg.get("quantization_config") is not None:
         raise ExportError(f"{path}: quantized checkpoints (quantization_config) are not supported")
-    if arch in ("qwen3", "qwen3moe") and cfg.get("attention_bias"):
+    if arch in ("qwen3", "qwen3moe", "gemma3") and cfg.get("attention_bias"):
         raise ExportError(f"{path}: attention_bias is true; {arch} has no attention biases in llama.cpp or run.c")
     return arch
 
@@ -1383,6 +1415,85 @@ def hf_rope_scaling(cfg, path):
     return found
 
 
+def gemma_window(cfg, path, n_layers):
+    """(sliding window, period) of a Gemma 3 config: layer l slides when
+    l % period < period - 1; window 0 when every layer is global. From
+    layer_types where given, else sliding_window_pattern (default 6)."""
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern is not None and (isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1):
+        raise ExportError(f"{path}: sliding_window_pattern {pattern!r} is not a positive whole number")
+    period = pattern or GEMMA_WINDOW_PERIOD
+    types = cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in kinds for t in types):
+            raise ExportError(f"{path}: layer_types is not a list of {n_layers} 'sliding_attention' or "
+                              f"'full_attention'")
+        fits = lambda p: all((t == kinds[0]) == (layer % p < p - 1) for layer, t in enumerate(types))
+        found = next((p for p in [period] + list(range(1, n_layers + 2)) if fits(p)), None)
+        if found is None:
+            shown = "".join("S" if t == kinds[0] else "G" for t in types)
+            raise ExportError(f"{path}: layer_types ({shown}: S sliding, G global) is not sliding layers repeated with "
+                              f"every N-th layer global, which is all a GGUF attention.sliding_window_pattern "
+                              f"can say")
+        if pattern is not None and not fits(pattern):
+            raise ExportError(f"{path}: layer_types and sliding_window_pattern {pattern} disagree")
+        period = found
+    if period == 1:
+        return 0, 1
+    if period != GEMMA_WINDOW_PERIOD and period > n_layers + 1:
+        period = n_layers + 1  # every layer slides: the shortest period that says so
+    window = cfg.get("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise ExportError(f"{path}: sliding_window is {'missing' if window is None else repr(window)}; Gemma 3's "
+                          f"local layers need their window (a positive whole number)")
+    return window, period
+
+
+def gemma_settings(cfg, path, n_layers, dim, n_heads, head_dim):
+    """Gemma 3's own settings: {"theta", "local_theta", "scaling", "window",
+    "period", "softcap"}, or a refusal of what llama.cpp's gemma3 (and
+    run.c) do not compute. RoPE scaling applies to the global layers only."""
+    get = lambda key, default=None: cfg[key] if cfg.get(key) is not None else default
+    if get("attn_logit_softcapping") is not None:
+        raise ExportError(f"{path}: attn_logit_softcapping is set (Gemma 2's); llama.cpp's gemma3 and run.c have none")
+    if cfg.get("use_bidirectional_attention"):
+        raise ExportError(f"{path}: use_bidirectional_attention is true; run.c's attention is causal")
+    # llama.cpp's rule: queries scaled by 1/sqrt(head_dim), 1/sqrt(hidden_size / heads) for the 27B (62 layers)
+    want = dim // n_heads if n_layers == 62 else head_dim
+    scalar = real(get("query_pre_attn_scalar", 256), "query_pre_attn_scalar", path)  # transformers' default
+    if scalar != want:
+        raise ExportError(f"{path}: query_pre_attn_scalar {get('query_pre_attn_scalar', 256)} is not {want}, which "
+                          f"llama.cpp's gemma3 assumes ({'hidden_size / num_attention_heads for 62 layers' if n_layers == 62 else 'head_dim'})")
+    softcap = real(get("final_logit_softcapping", 0.0), "final_logit_softcapping", path)
+    if not (np.isfinite(softcap) and softcap >= 0):
+        raise ExportError(f"{path}: final_logit_softcapping {softcap} is not a number >= 0")
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, dict) and ("full_attention" in rope or "sliding_attention" in rope):
+        full, local = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
+        if not isinstance(full, dict) or not isinstance(local, dict):
+            raise ExportError(f"{path}: rope_parameters.full_attention and sliding_attention must be objects")
+        kind = local.get("rope_type", local.get("type", "default"))
+        if kind != "default":
+            raise ExportError(f"{path}: rope_parameters.sliding_attention type {kind!r}: llama.cpp's gemma3 scales "
+                              f"the global layers' RoPE only")
+        theta = full.get("rope_theta", get("rope_theta", 1e6))
+        local_theta = local.get("rope_theta", get("rope_local_base_freq", 10000.0))
+        scaling = hf_rope_scaling({"rope_parameters": full}, path)
+    else:
+        theta = rope.get("rope_theta", get("rope_theta", 1e6)) if isinstance(rope, dict) else get("rope_theta", 1e6)
+        local_theta = get("rope_local_base_freq", 10000.0)
+        scaling = hf_rope_scaling(cfg, path)
+    if scaling and scaling["type"] != "linear":
+        raise ExportError(f"{path}: RoPE scaling {scaling['type']} is not Gemma 3's (linear)")
+    theta, local_theta = real(theta, "rope_theta", path), real(local_theta, "rope_local_base_freq", path)
+    if not (np.isfinite(local_theta) and local_theta > 0):
+        raise ExportError(f"{path}: rope_local_base_freq {local_theta} is not a positive number")
+    window, period = gemma_window(cfg, path, n_layers)
+    return {"theta": theta, "local_theta": local_theta, "scaling": scaling, "window": window, "period": period,
+            "softcap": softcap}
+
+
 class HFModel:
     """Reads a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
     tensor() gives run.c's tensors, gguf_model_tensors() llama.cpp's."""
@@ -1399,16 +1510,24 @@ class HFModel:
             raise ExportError(f"{config_path}: not a JSON object")
         self.hf_config = cfg
         self.arch = check_hf_architecture(cfg, config_path)
-        self.rope_scaling = hf_rope_scaling(cfg, config_path)
+        self.gemma = None  # Gemma 3's settings (gemma_settings)
+        self.names = GEMMA_NAMES if self.arch == "gemma3" else HF_NAMES
+        if self.arch != "gemma3":
+            self.rope_scaling = hf_rope_scaling(cfg, config_path)
         # Qwen2 always has q/k/v biases; Llama has q/k/v/o ones with attention_bias.
         self.biases = {"qwen2": ("wq", "wk", "wv")}.get(self.arch, ())
         if self.arch == "llama" and cfg.get("attention_bias"):
             self.biases = ("wq", "wk", "wv", "wo")
-        # Qwen3: RMSNorm over each head of q and k; Qwen3-MoE: experts
-        self.qk_norm = self.arch in ("qwen3", "qwen3moe")
+        # Qwen3 and Gemma 3: RMSNorm over each head of q and k; Qwen3-MoE: experts
+        self.qk_norm = self.arch in ("qwen3", "qwen3moe", "gemma3")
         self.experts = hf_experts(cfg, config_path)
         self.store = open_hf_tensors(directory)
         self.config = hf_config(directory, self.store, cfg, config_path)
+        if self.arch == "gemma3":
+            c = self.config
+            self.gemma = gemma_settings(cfg, config_path, c.n_layers, c.dim, c.n_heads, c.head_size)
+            self.rope_scaling = self.gemma["scaling"]
+            c.rope_theta = self.gemma["theta"]
         self.check_names()
 
     @property
@@ -1417,7 +1536,7 @@ class HFModel:
         return self.arch != "llama" or bool(self.biases) or self.rope_scaling is not None
 
     def name(self, kind, layer, suffix="weight"):
-        return HF_NAMES[kind].format(layer)[:-len("weight")] + suffix
+        return self.names[kind].format(layer)[:-len("weight")] + suffix
 
     def expert_names(self, kind, layer):
         return [HF_EXPERT_NAMES[kind].format(layer, e) for e in range(self.experts["count"])]
@@ -1430,6 +1549,7 @@ class HFModel:
                     for kind, per_layer, _ in runc_tensors(c) if kind not in dense
                     for layer in (range(c.n_layers) if per_layer else [None])}
         extra = (("q_norm", "k_norm") if self.qk_norm else ()) + (("gate_inp",) if self.experts else ())
+        extra += ("post_att", "post_ffn") if self.gemma else ()
         expected |= {self.name(kind, layer) for kind in extra for layer in range(c.n_layers)}
         if self.experts:
             expected |= {name for kind in HF_EXPERT_NAMES for layer in range(c.n_layers)
@@ -1476,6 +1596,8 @@ class HFModel:
             return self.stacked_experts(kind, layer)
         c, name = self.config, self.name(kind, layer, suffix)
         w = self.store.load(name)
+        if self.gemma and kind in GEMMA_NORMS:
+            w = w + np.float32(1)  # Gemma's RMSNorm scales by 1 + w; the GGUF file holds 1 + w
         if kind in ("wq", "wk") and self.arch == "llama":
             heads = c.n_heads if kind == "wq" else c.n_kv_heads
             if w.shape[:1] != (heads * c.head_size,) or w.ndim != (2 if suffix == "weight" else 1):
@@ -1749,7 +1871,8 @@ SPM_BPE = 2  # TrainerSpec.model_type
 class SentencePieceModel:
     """.pieces (bytes), .scores (raw float32 bytes, kept bit-exact), .types
     (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte: GGUF's
-    numbers too), .bos_id, .eos_id, .unk_id."""
+    numbers too), .bos_id, .eos_id, .unk_id, .add_dummy_prefix (a space
+    before the text, which Gemma's tokenizer leaves out)."""
 
 
 def read_sentencepiece(path, data):
@@ -1791,9 +1914,8 @@ def read_sentencepiece(path, data):
     if model_type != SPM_BPE:
         raise ExportError(f"{path}: SentencePiece model type {model_type} is not BPE (2); "
                           "run.c's tokenizer is BPE")
-    if not dummy_prefix:
-        raise ExportError(f"{path}: add_dummy_prefix is off; run.c's tokenizer always adds it")
     m.pieces, m.scores, m.bos_id, m.eos_id = pieces, scores, bos_id, eos_id
+    m.add_dummy_prefix = bool(dummy_prefix)
     return m
 
 
@@ -1844,6 +1966,9 @@ def export_sentencepiece(path, data, out_path):
         m = read_sentencepiece(path, data)
     except (ValueError, IndexError) as e:
         raise not_a_tokenizer(path, data, e)
+    if not m.add_dummy_prefix:
+        raise ExportError(f"{path}: add_dummy_prefix is off; run.c's tokenizer.bin always adds it (a GGUF file "
+                          "can say otherwise: export the model directory with --hf)")
     write_tokenizer_bin(out_path, m.pieces, m.scores, m.bos_id, m.eos_id, [path])
     return len(m.pieces)
 
@@ -2191,9 +2316,37 @@ def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
     return GgufTokenizer(path, len(tokens), meta, f"gpt2 ({pre}), {n} tokens, {len(merges)} merges")
 
 
-def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
+def apply_added_tokens(path, tc, tokens, scores, types):
+    """tokenizer_config.json's added_tokens_decoder over the pieces, as
+    llama.cpp's converter applies it: each listed id takes the listed text
+    and score -1000, control when flagged special, else user defined (its
+    "\u2581" read as a space). Returns {text: id} of the added tokens."""
+    decoder = tc.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise ExportError(f"{path}: added_tokens_decoder is not an object of ids")
+    added = {}
+    for key, entry in decoder.items():
+        content = token_content(entry)
+        if not key.isdigit() or not isinstance(content, str):
+            raise ExportError(f"{path}: added_tokens_decoder entry {key!r} is not an id with a content")
+        tid = int(key)
+        if tid >= len(tokens):
+            continue  # beyond the embedding, as the converter skips it
+        special = isinstance(entry, dict) and entry.get("special") is True
+        tokens[tid] = content if special else content.replace("\u2581", " ")
+        scores[tid] = -1000.0
+        types[tid] = TOKEN_CONTROL if special else TOKEN_USER_DEFINED
+        added[content] = tid
+    return added
+
+
+def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None, gemma=False):
     """A SentencePiece tokenizer.model (or a SentencePiece-BPE tokenizer.json)
-    as tokenizer.ggml.model "llama": pieces, scores, piece types."""
+    as tokenizer.ggml.model "llama": pieces, scores, piece types. From a
+    tokenizer.model, tokenizer.ggml.add_space_prefix says its
+    add_dummy_prefix where that is off, and always for Gemma (gemma), whose
+    added_tokens_decoder also applies, as llama.cpp's converter does."""
+    space_prefix = True
     if tj is None:
         with open(path, "rb") as f:
             data = f.read()
@@ -2204,6 +2357,7 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
         tokens = [p.decode("utf-8", "replace") for p in spm.pieces]
         scores = [struct.unpack("<f", s)[0] for s in spm.scores]
         types, added, fallback = spm.types, {}, {"bos": spm.bos_id, "eos": spm.eos_id, "unk": spm.unk_id}
+        space_prefix = spm.add_dummy_prefix
     else:
         tokens, scores, types, bos, eos, added, unk = spm_json_vocab(tj, path)
         fallback = {"bos": bos, "eos": eos, "unk": unk}
@@ -2211,6 +2365,8 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
     n = len(tokens)
     pad_vocabulary(path, tokens, types, vocab_size, scores)
     tc = hf_tokenizer_config(directory)
+    if tj is None and gemma:
+        added = apply_added_tokens(os.path.join(directory, "tokenizer_config.json"), tc, tokens, scores, types)
     meta = [("tokenizer.ggml.model", GGUF_STRING, "llama"),
             ("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
             ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
@@ -2220,6 +2376,8 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
     add_eos = tc.get("add_eos_token") if isinstance(tc.get("add_eos_token"), bool) else False
     meta += [("tokenizer.ggml.add_bos_token", GGUF_BOOL, add_bos),
              ("tokenizer.ggml.add_eos_token", GGUF_BOOL, add_eos)]
+    if gemma or not space_prefix:
+        meta.append(("tokenizer.ggml.add_space_prefix", GGUF_BOOL, space_prefix))
     meta += chat_template_metadata(directory, tc)
     return GgufTokenizer(path, len(tokens), meta, f"llama (SentencePiece), {n} tokens")
 
@@ -2233,7 +2391,8 @@ def hf_gguf_tokenizer(directory, tj, hf_cfg, vocab_size):
         if tj is not None and is_byte_level(tj):
             return byte_level_tokenizer(json_path, tj, directory, hf_cfg, vocab_size)
         if os.path.isfile(model_path):
-            return sentencepiece_tokenizer(model_path, directory, hf_cfg, vocab_size)
+            return sentencepiece_tokenizer(model_path, directory, hf_cfg, vocab_size,
+                                           gemma=hf_cfg.get("model_type") == "gemma3_text")
         if tj is not None:
             check_sentencepiece_bpe_json(tj, json_path)
             return sentencepiece_tokenizer(json_path, directory, hf_cfg, vocab_size, tj)
