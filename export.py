@@ -2367,10 +2367,11 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None, gemma=
     tc = hf_tokenizer_config(directory)
     if tj is None and gemma:
         added = apply_added_tokens(os.path.join(directory, "tokenizer_config.json"), tc, tokens, scores, types)
-    meta = [("tokenizer.ggml.model", GGUF_STRING, "llama"),
-            ("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
-            ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
-            ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types)]
+    meta = [("tokenizer.ggml.model", GGUF_STRING, "llama")]
+    meta += [("tokenizer.ggml.pre", GGUF_STRING, "default")] if gemma else []
+    meta += [("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
+             ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
+             ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types)]
     meta += special_token_metadata(path, tc, hf_cfg, added, len(tokens), fallback)
     add_bos = tc.get("add_bos_token") if isinstance(tc.get("add_bos_token"), bool) else True
     add_eos = tc.get("add_eos_token") if isinstance(tc.get("add_eos_token"), bool) else False

@@ -114,6 +114,8 @@ def hf_config(kv, arch, vocab, untied):
         "eos_token_id": kv.get("tokenizer.ggml.eos_token_id", 2),
         "torch_dtype": "float32",
     }
+    if "tokenizer.ggml.padding_token_id" in kv:
+        config["pad_token_id"] = kv["tokenizer.ggml.padding_token_id"]
     if arch == "qwen3moe":
         config.update({"num_experts": kv[f"{arch}.expert_count"],
                        "num_experts_per_tok": kv[f"{arch}.expert_used_count"],
@@ -163,8 +165,11 @@ def sentencepiece_model(kv):
     """The bytes of a SentencePiece ModelProto (BPE) for the llama-type
     vocabulary of GGUF metadata kv: pieces = field 1 {1 piece, 2 score, 3
     type}, trainer_spec = field 2 {3 model_type, 35 byte_fallback, 40 unk_id,
-    41 bos_id, 42 eos_id, 43 pad_id}, normalizer_spec = field 3 {1 name, 3
-    add_dummy_prefix, 4 remove_extra_whitespaces, 5 escape_whitespaces}."""
+    41 bos_id, 42 eos_id, 43 pad_id, 45..48 the unk, bos, eos, pad pieces},
+    normalizer_spec = field 3 {1 name, 3
+    add_dummy_prefix, 4 remove_extra_whitespaces, 5 escape_whitespaces}.
+    GGUF does not record remove_extra_whitespaces: it is on where no piece
+    holds two spaces, as run.c and SentencePiece's own models have it."""
     tokens, scores = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.scores"]
     types = kv["tokenizer.ggml.token_type"]
     out = bytearray()
@@ -174,9 +179,16 @@ def sentencepiece_model(kv):
     trainer = field(3, 2) + field(35, int(6 in types)) + field(40, unk)
     trainer += field(41, kv.get("tokenizer.ggml.bos_token_id", -1)) + field(42, kv.get("tokenizer.ggml.eos_token_id", -1))
     trainer += field(43, kv.get("tokenizer.ggml.padding_token_id", -1))
+    # SentencePiece finds its special pieces by text (unk_piece ... pad_piece)
+    for number, key in ((45, "unknown"), (46, "bos"), (47, "eos"), (48, "padding")):
+        tid = unk if key == "unknown" else kv.get(f"tokenizer.ggml.{key}_token_id", -1)
+        if 0 <= tid < len(tokens):
+            trainer += field(number, tokens[tid])
     out += field(2, trainer)
     prefix = kv.get("tokenizer.ggml.add_space_prefix", True)
-    out += field(3, field(1, "identity") + field(3, int(prefix)) + field(4, 0) + field(5, 1))
+    # a vocabulary with no piece of two spaces was trained with runs of spaces made one
+    squeeze = not any(kind in (1, 4) and "\u2581\u2581" in piece for piece, kind in zip(tokens, types))
+    out += field(3, field(1, "identity") + field(3, int(prefix)) + field(4, int(squeeze)) + field(5, 1))
     return bytes(out)
 
 
