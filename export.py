@@ -8,7 +8,7 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
-  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory:
                  config.json and model.safetensors, sharded
                  model-*-of-*.safetensors (with
                  model.safetensors.index.json), or pytorch_model*.bin (needs
@@ -28,11 +28,14 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --hf writes GGUF version 3, tokenizer included, when the directory's
   tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
   config has rope_scaling (llama3 or linear), attention biases or
-  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms) or
+  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms),
   qwen3_moe (GGUF qwen3moe: experts stacked into 3-D tensors; refused
   unless norm_topk_prob is true, as llama.cpp and run.c renormalize the
-  top-k weights): the file llama.cpp's convert_hf_to_gguf.py writes for
-  the same directory (keys, tensor names and layouts, rope_freqs values).
+  top-k weights) or gemma3_text (GGUF gemma3: norms stored as 1 + w,
+  post-norms, the local layers' window and RoPE base; Gemma 3 4B/12B/27B,
+  Gemma3ForConditionalGeneration with a vision tower, is refused): the file
+  llama.cpp's convert_hf_to_gguf.py writes for the same directory (keys,
+  tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
@@ -1495,7 +1498,7 @@ def gemma_settings(cfg, path, n_layers, dim, n_heads, head_dim):
 
 
 class HFModel:
-    """Reads a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+    """Reads a Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory:
     tensor() gives run.c's tensors, gguf_model_tensors() llama.cpp's."""
 
     def __init__(self, directory):
@@ -2424,7 +2427,7 @@ def parse_args(argv):
         epilog="examples: export.py model.bin --hf DIR | export.py --tokenizer tokenizer.model tok.bin")
     parser.add_argument("out", metavar="OUT.bin", help="the file to write")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory")
+    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory")
     source.add_argument("--meta", metavar="DIR", help="Meta consolidated.*.pth + params.json directory")
     source.add_argument("--llama2c", metavar="FILE", help="llama2.c checkpoint (version 0, 1 or 2)")
     source.add_argument("--tokenizer", metavar="FILE",
