@@ -1309,7 +1309,9 @@ def hf_config(directory, store, cfg, path):
         vocab_size=cfg["vocab_size"], seq_len=get("max_position_embeddings", 2048),
         rope_theta=real(rope.get("rope_theta", get("rope_theta", 10000.0)), "rope_theta", path),
         norm_eps=real(get("rms_norm_eps", 1e-6), "rms_norm_eps", path),  # LlamaConfig's default
-        shared_classifier=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in store.files,
+        # transformers ties by default for Gemma 3, not for the others
+        shared_classifier=bool(get("tie_word_embeddings", cfg.get("model_type") == "gemma3_text"))
+        or "lm_head.weight" not in store.files,
         bos_id=get("bos_token_id", 1), eos_id=eos, head_dim=head_dim)
 
 

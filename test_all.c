@@ -9221,6 +9221,53 @@ static void test_qwen3_refusal(const char *label, const char *gguf_relative, con
     cli_free(&r);
 }
 
+// Gemma 3 settings the shared file does not have: export.py writes the
+// window period (-1: no attention.sliding_window at all, every layer
+// global; 0: the key left out, llama.cpp's 6) and the soft cap (0: none).
+static void test_gemma3_keys(const char *label, const char *const flags[4], int64_t period, float softcap) {
+    char name[256], dir[PATH_SIZE], out[PATH_SIZE], gguf[PATH_SIZE], problem[512] = "", status[64], err[256];
+    format_text(name, sizeof name, "export.py --hf: Gemma 3 with %s -> %s%s", label,
+                period < 0 ? "no attention.sliding_window" : period == 0 ? "no sliding_window_pattern key"
+                                                                         : "attention.sliding_window_pattern",
+                softcap > 0 ? ", final_logit_softcapping" : ", no final_logit_softcapping");
+    format_text(dir, sizeof dir, "build/export/hf-gemma3-keys");
+    format_text(out, sizeof out, "build/export/gemma3-keys.gguf");
+    remove(out);
+    if (make_qwen3_dir("models/arch/gemma3_f32.gguf", dir, flags, gguf, problem, sizeof problem) != 0) {
+        report(name, 0, "%s", problem);
+        return;
+    }
+    CliResult r;
+    python(&r, export_py, out, "--hf", dir, NULL);
+    int exported = r.status == 0;
+    if (!exported) report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
+                          quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+    if (!exported) return;
+    GgufFile f;
+    if (gguf_file_open(&f, out, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
+    int64_t got_period = -2;
+    float got_cap = -1;
+    int has_window = gguf_find(&f.g, "gemma3.attention.sliding_window") != NULL;
+    int has_period = gguf_find(&f.g, "gemma3.attention.sliding_window_pattern") != NULL;
+    gguf_int(&f.g, "gemma3.attention.sliding_window_pattern", 0, &got_period);
+    gguf_float(&f.g, "gemma3.final_logit_softcapping", 0.0f, &got_cap);
+    int ok = (period < 0 ? !has_window && !has_period : has_window && got_period == period) && got_cap == softcap;
+    report(name, ok, "sliding_window %s, sliding_window_pattern %lld%s, final_logit_softcapping %g",
+           has_window ? "present" : "absent", (long long)got_period, has_period ? "" : " (absent)", got_cap);
+    gguf_file_close(&f);
+    // the file runs: llama.cpp's and run.c's reader take these keys
+    char case_dir[PATH_SIZE], ids[PATH_SIZE], logits[PATH_SIZE];
+    data_path(case_dir, "reference/arch/gemma3_f32");
+    format_text(ids, sizeof ids, "%s/ids.txt", case_dir);
+    format_text(logits, sizeof logits, "%s/gemma3-keys.f32", tmp_dir);
+    format_text(name, sizeof name, "export.py --hf: Gemma 3 with %s: ./run OUT -m logits runs", label);
+    cli(&r, out, "-m", "logits", "-f", ids, "-o", logits, NULL);
+    report(name, r.status == 0 && file_exists(logits), "%s, stderr %s", status_text(r.status, status, sizeof status),
+           quoted(r.err.data, r.err.len, err, sizeof err));
+    cli_free(&r);
+}
+
 static void qwen3_export_tests(void) {
     repo_path("test/gguf_to_hf.py", gguf_to_hf_py);
     for (size_t i = 0; i < sizeof qwen3_exports / sizeof qwen3_exports[0]; i++) test_qwen3_export(&qwen3_exports[i]);
@@ -9274,6 +9321,22 @@ static void qwen3_export_tests(void) {
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
         test_qwen3_refusal(refusals[i].label, refusals[i].gguf, refusals[i].flags, refusals[i].where,
                            refusals[i].says);
+    static const struct {
+        const char *label, *flags[4];
+        int64_t period;
+        float softcap;
+    } gemma_keys[] = {
+        {"sliding_window_pattern 3, final_logit_softcapping 30", {"--set", "sliding_window_pattern=3", "--set",
+                                                                  "final_logit_softcapping=30.0"}, 3, 30.0f},
+        {"sliding_window_pattern 1 (every layer global)", {"--set", "sliding_window_pattern=1"}, -1, 0.0f},
+        {"layer_types every 4th layer global", {"--set", "sliding_window_pattern=null", "--set",
+                                               "layer_types=[\"sliding_attention\",\"sliding_attention\","
+                                               "\"sliding_attention\",\"full_attention\",\"sliding_attention\","
+                                               "\"sliding_attention\",\"sliding_attention\"]"}, 4, 0.0f},
+        {"sliding_window_pattern 6 (llama.cpp's own)", {"--set", "sliding_window_pattern=6"}, 0, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof gemma_keys / sizeof gemma_keys[0]; i++)
+        test_gemma3_keys(gemma_keys[i].label, gemma_keys[i].flags, gemma_keys[i].period, gemma_keys[i].softcap);
 }
 
 static void export_tests(void) {
