@@ -1468,8 +1468,9 @@ def gemma_settings(cfg, path, n_layers, dim, n_heads, head_dim):
     want = dim // n_heads if n_layers == 62 else head_dim
     scalar = real(get("query_pre_attn_scalar", 256), "query_pre_attn_scalar", path)  # transformers' default
     if scalar != want:
+        rule = "hidden_size / num_attention_heads for 62 layers" if n_layers == 62 else "head_dim"
         raise ExportError(f"{path}: query_pre_attn_scalar {get('query_pre_attn_scalar', 256)} is not {want}, which "
-                          f"llama.cpp's gemma3 assumes ({'hidden_size / num_attention_heads for 62 layers' if n_layers == 62 else 'head_dim'})")
+                          f"llama.cpp's gemma3 assumes ({rule})")
     softcap = real(get("final_logit_softcapping", 0.0), "final_logit_softcapping", path)
     if not (np.isfinite(softcap) and softcap >= 0):
         raise ExportError(f"{path}: final_logit_softcapping {softcap} is not a number >= 0")

@@ -177,7 +177,8 @@ def sentencepiece_model(kv):
         out += field(1, field(1, piece) + field(2, float(score)) + field(3, kind))
     unk = kv.get("tokenizer.ggml.unknown_token_id", types.index(2) if 2 in types else 0)
     trainer = field(3, 2) + field(35, int(6 in types)) + field(40, unk)
-    trainer += field(41, kv.get("tokenizer.ggml.bos_token_id", -1)) + field(42, kv.get("tokenizer.ggml.eos_token_id", -1))
+    trainer += field(41, kv.get("tokenizer.ggml.bos_token_id", -1))
+    trainer += field(42, kv.get("tokenizer.ggml.eos_token_id", -1))
     trainer += field(43, kv.get("tokenizer.ggml.padding_token_id", -1))
     # SentencePiece finds its special pieces by text (unk_piece ... pad_piece)
     for number, key in ((45, "unknown"), (46, "bos"), (47, "eos"), (48, "padding")):
