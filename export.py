@@ -1146,6 +1146,7 @@ class TensorStore:
 
     def __init__(self):
         self.files = {}  # tensor name -> (path, SafetensorsFile or dict of torch tensors)
+        self.original = {}  # tensor name -> its name in the file, where they differ (Gemma 3's language model)
 
     def add(self, path, reader, names):
         for name in names:
@@ -1154,14 +1155,15 @@ class TensorStore:
             self.files[name] = (path, reader)
 
     def where(self, name):
-        return f"{self.files[name][0]}: tensor {name}"
+        return f"{self.files[name][0]}: tensor {self.original.get(name, name)}"
 
     def load(self, name):
         """Loads one tensor as float32; a torch tensor is dropped from memory once read."""
         path, reader = self.files[name]
+        where, name = self.where(name), self.original.get(name, name)
         if isinstance(reader, SafetensorsFile):
             return reader.load(name)
-        return torch_to_float32(reader.pop(name), self.where(name))
+        return torch_to_float32(reader.pop(name), where)
 
 
 # ---------------------------------------------------------------------------
@@ -1351,6 +1353,51 @@ HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForC
                     "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe"),
                     "gemma3_text": ("Gemma3ForCausalLM", "gemma3")}
 GEMMA_WINDOW_PERIOD = 6  # llama.cpp's gemma3: every 6th layer global unless sliding_window_pattern says otherwise
+# Gemma3TextConfig's defaults, which transformers fills into the text_config of
+# a Gemma3ForConditionalGeneration (Google's 4B config leaves the head counts,
+# head_dim and vocab_size to them).
+GEMMA_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                       "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                       "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_local_base_freq": 10000.0,
+                       "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+# Where a Gemma3ForConditionalGeneration checkpoint keeps its language model
+# (older and newer transformers), and the vision parts left out.
+GEMMA_LANGUAGE_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                           ("language_model.lm_head.", "lm_head."))
+GEMMA_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                         "model.multi_modal_projector.")
+
+
+def gemma_text_config(cfg, path):
+    """The language model's config of a Gemma3ForConditionalGeneration:
+    text_config over the outer keys, completed with transformers' defaults."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise ExportError(f"{path}: Gemma3ForConditionalGeneration without a text_config object")
+    merged = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
+    merged.update({k: v for k, v in GEMMA_TEXT_DEFAULTS.items() if text.get(k) is None})
+    merged.update({k: v for k, v in text.items() if v is not None})
+    merged["model_type"], merged["architectures"] = "gemma3_text", ["Gemma3ForCausalLM"]
+    return merged
+
+
+def gemma_language_model(store, directory):
+    """Keeps the language model of a Gemma3ForConditionalGeneration's tensors
+    under Gemma3ForCausalLM's names; the vision tower and projector go (a
+    GGUF gemma3 file has no place for them: llama.cpp writes them to a
+    separate mmproj file). Returns how many tensors went."""
+    renamed, dropped = {}, 0
+    for name, entry in store.files.items():
+        if name.startswith(GEMMA_VISION_PREFIXES):
+            dropped += 1
+            continue
+        new = next((to + name[len(old):] for old, to in GEMMA_LANGUAGE_PREFIXES if name.startswith(old)), name)
+        if new in renamed:
+            raise ExportError(f"{directory}: tensors {name} and {store.original.get(new, new)} are both {new}")
+        renamed[new] = entry
+        store.original[new] = name
+    store.files = renamed
+    return dropped
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -1362,10 +1409,6 @@ def check_hf_architecture(cfg, path):
         raise ExportError(f"{path}: has neither model_type nor architectures")
     if model_type is None:
         model_type = next((t for t, (a, _) in HF_ARCHITECTURES.items() if archs == [a]), None)
-    if model_type == "gemma3" or archs == ["Gemma3ForConditionalGeneration"]:
-        raise ExportError(f"{path}: Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B) holds a vision tower "
-                          f"beside the language model, which export.py does not take apart; it converts "
-                          f"Gemma3ForCausalLM directories (model_type 'gemma3_text': Gemma 3 270M, 1B)")
     if model_type not in HF_ARCHITECTURES:
         raise ExportError(f"{path}: model_type is {model_type!r}, not one of "
                           f"{', '.join(repr(t) for t in HF_ARCHITECTURES)}")
@@ -1514,6 +1557,10 @@ class HFModel:
         cfg = read_json(config_path)
         if not isinstance(cfg, dict):
             raise ExportError(f"{config_path}: not a JSON object")
+        multimodal = (cfg.get("model_type") == "gemma3"
+                      or cfg.get("architectures") == ["Gemma3ForConditionalGeneration"])
+        if multimodal:
+            cfg = gemma_text_config(cfg, config_path)
         self.hf_config = cfg
         self.arch = check_hf_architecture(cfg, config_path)
         self.gemma = None  # Gemma 3's settings (gemma_settings)
@@ -1528,6 +1575,10 @@ class HFModel:
         self.qk_norm = self.arch in ("qwen3", "qwen3moe", "gemma3")
         self.experts = hf_experts(cfg, config_path)
         self.store = open_hf_tensors(directory)
+        if multimodal:
+            dropped = gemma_language_model(self.store, directory)
+            print(f"note: {directory}: Gemma3ForConditionalGeneration: the language model is converted; the vision "
+                  f"tower and projector ({dropped} tensors) are left out, as a GGUF gemma3 file holds text only")
         self.config = hf_config(directory, self.store, cfg, config_path)
         if self.arch == "gemma3":
             c = self.config
@@ -2231,7 +2282,7 @@ def special_token_metadata(path, tc, hf_cfg, added, n_tokens, fallback):
     return meta
 
 
-def pad_vocabulary(path, tokens, types, vocab_size, scores=None):
+def pad_vocabulary(path, tokens, types, vocab_size, scores=None, pad_score=-1000.0):
     """Pads to vocab_size (the embedding's rows) with unused [PADn] tokens, as
     llama.cpp does for models whose embedding has spare rows."""
     if len(tokens) > vocab_size:
@@ -2240,7 +2291,7 @@ def pad_vocabulary(path, tokens, types, vocab_size, scores=None):
         tokens.append(f"[PAD{i}]")
         types.append(TOKEN_UNUSED)
         if scores is not None:
-            scores.append(-1000.0)
+            scores.append(pad_score)
 
 
 def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
@@ -2369,7 +2420,8 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None, gemma=
         fallback = {"bos": bos, "eos": eos, "unk": unk}
     fallback = {k: v for k, v in fallback.items() if v is not None and 0 <= v < len(tokens)}
     n = len(tokens)
-    pad_vocabulary(path, tokens, types, vocab_size, scores)
+    # llama.cpp's converter gives Gemma's spare rows -10000 (its SentencePiece path)
+    pad_vocabulary(path, tokens, types, vocab_size, scores, -10000.0 if gemma else -1000.0)
     tc = hf_tokenizer_config(directory)
     if tj is None and gemma:
         added = apply_added_tokens(os.path.join(directory, "tokenizer_config.json"), tc, tokens, scores, types)

@@ -20,6 +20,10 @@ copy of the embeddings when the file has no output.weight); --set KEY=JSON
 sets a config.json key; --copy puts a file into OUT_DIR (FILE:NAME under
 another name); --drop leaves a tensor out and --shorten drops the last value
 of a 1-D one (Hugging Face names), to make broken directories.
+--multimodal writes a gemma3 file as Gemma3ForConditionalGeneration:
+config.json's text_config (leaving out the keys whose value is
+transformers' default), the language model's tensors under
+language_model., and two small stand-in vision tensors.
 Needs numpy only.
 """
 
@@ -47,6 +51,11 @@ EXPERT_NAMES = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_dow
 # Gemma 3: norms before and after attention and the feed-forward
 GEMMA_NAMES = dict(LAYER_NAMES, ffn_norm="pre_feedforward_layernorm", post_attention_norm="post_attention_layernorm",
                    post_ffw_norm="post_feedforward_layernorm")
+# Gemma3TextConfig's defaults (transformers), left out of a --multimodal text_config
+GEMMA_TEXT_DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
+                       "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True, "head_dim": 256,
+                       "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 262208,
+                       "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096}
 ARCHITECTURES = {"qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
                  "gemma3": ("Gemma3ForCausalLM", "gemma3_text")}
 
@@ -141,6 +150,32 @@ def hf_config(kv, arch, vocab, untied):
     return config
 
 
+def is_default(key, value):
+    """value is Gemma3TextConfig's default for key (float32 equality for numbers)."""
+    if key not in GEMMA_TEXT_DEFAULTS or value is None:
+        return False
+    default = GEMMA_TEXT_DEFAULTS[key]
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and np.float32(value) == np.float32(default)
+    return value == default
+
+
+def multimodal(config, out):
+    """A Gemma3ForConditionalGeneration's config and tensors around a
+    Gemma3ForCausalLM's."""
+    outer = ("architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype")
+    text = {k: v for k, v in config.items() if k not in outer and not is_default(k, v)}
+    text["model_type"] = "gemma3_text"
+    wrapped = {k: config[k] for k in outer if k in config}
+    wrapped.update({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+                    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "patch_size": 2},
+                    "mm_tokens_per_image": 4})
+    renamed = [("language_model." + name, w) for name, w in out]
+    renamed += [("vision_tower.vision_model.embeddings.patch_embedding.weight", np.ones((8, 3, 2, 2), np.float32)),
+                ("multi_modal_projector.mm_soft_emb_norm.weight", np.zeros(8, np.float32))]
+    return wrapped, renamed
+
+
 def varint(n):
     out = bytearray()
     while True:
@@ -218,6 +253,7 @@ def main():
     parser.add_argument("--drop", action="append", default=[], metavar="TENSOR")
     parser.add_argument("--shorten", action="append", default=[], metavar="TENSOR")
     parser.add_argument("--spm", nargs="?", const="", metavar="VOCAB.gguf")
+    parser.add_argument("--multimodal", action="store_true")
     args = parser.parse_args()
 
     kv, tensors = read_gguf(args.gguf)
@@ -227,6 +263,10 @@ def main():
     out, vocab = hf_tensors(kv, tensors, arch, args.untied)
     untied = any(name == "lm_head.weight" for name, _ in out)
     config = hf_config(kv, arch, vocab, untied)
+    if args.multimodal:  # --set, --drop and --shorten then name the outer keys and the language_model. tensors
+        if arch != "gemma3":
+            parser.error("--multimodal applies to gemma3 files")
+        config, out = multimodal(config, out)
     for setting in args.set:
         key, _, value = setting.partition("=")
         config[key] = json.loads(value)
