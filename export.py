@@ -32,8 +32,9 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   qwen3_moe (GGUF qwen3moe: experts stacked into 3-D tensors; refused
   unless norm_topk_prob is true, as llama.cpp and run.c renormalize the
   top-k weights) or gemma3_text (GGUF gemma3: norms stored as 1 + w,
-  post-norms, the local layers' window and RoPE base; Gemma 3 4B/12B/27B,
-  Gemma3ForConditionalGeneration with a vision tower, is refused): the file
+  post-norms, the local layers' window and RoPE base; of Gemma 3 4B/12B/27B,
+  Gemma3ForConditionalGeneration, the language model, without the vision
+  tower): the file
   llama.cpp's convert_hf_to_gguf.py writes for the same directory (keys,
   tensor names and layouts, rope_freqs values).
 
