@@ -8,7 +8,7 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
     python3 export.py OUT.bin --meta DIR     [--seq-len N] [--dtype T]
     python3 export.py OUT.bin --llama2c FILE [--seq-len N] [--dtype T]
 
-  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+  --hf DIR       a Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory:
                  config.json and model.safetensors, sharded
                  model-*-of-*.safetensors (with
                  model.safetensors.index.json), or pytorch_model*.bin (needs
@@ -28,11 +28,15 @@ for Hugging Face models that format cannot hold, as GGUF (see below):
   --hf writes GGUF version 3, tokenizer included, when the directory's
   tokenizer.json is byte-level BPE (Llama 3.x, Qwen2.5, SmolLM2), or its
   config has rope_scaling (llama3 or linear), attention biases or
-  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms) or
+  model_type qwen2, qwen3 (GGUF qwen3: head_dim of its own, q/k norms),
   qwen3_moe (GGUF qwen3moe: experts stacked into 3-D tensors; refused
   unless norm_topk_prob is true, as llama.cpp and run.c renormalize the
-  top-k weights): the file llama.cpp's convert_hf_to_gguf.py writes for
-  the same directory (keys, tensor names and layouts, rope_freqs values).
+  top-k weights) or gemma3_text (GGUF gemma3: norms stored as 1 + w,
+  post-norms, the local layers' window and RoPE base; of Gemma 3 4B/12B/27B,
+  Gemma3ForConditionalGeneration, the language model, without the vision
+  tower): the file
+  llama.cpp's convert_hf_to_gguf.py writes for the same directory (keys,
+  tensor names and layouts, rope_freqs values).
 
 Tokenizers, written in llama2.c's tokenizer.bin format:
 
@@ -868,6 +872,7 @@ GGUF_NAMES = {
     "wo": "attn_output", "w1": "ffn_gate", "w2": "ffn_down", "w3": "ffn_up",
     "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "gate_inp": "ffn_gate_inp",
     "gate_exps": "ffn_gate_exps", "up_exps": "ffn_up_exps", "down_exps": "ffn_down_exps",
+    "post_att": "post_attention_norm", "post_ffn": "post_ffw_norm",
 }
 
 
@@ -919,6 +924,9 @@ def gguf_model_tensors(source, dtype, out_path):
             add("q_norm", True, (c.head_size,), layer)
             add("k_norm", True, (c.head_size,), layer)
         add("rms_ffn", True, (c.dim,), layer)
+        if source.gemma:
+            add("post_att", True, (c.dim,), layer)
+            add("post_ffn", True, (c.dim,), layer)
         if source.experts:
             n_expert, ff = source.experts["count"], source.experts["ff"]
             add("gate_inp", True, (n_expert, c.dim), layer)
@@ -964,6 +972,15 @@ def gguf_model_metadata(source, dtype, vocab_size):
     if source.rope_scaling and source.rope_scaling["type"] == "linear":
         meta += [(f"{arch}.rope.scaling.type", GGUF_STRING, "linear"),
                  (f"{arch}.rope.scaling.factor", GGUF_F32, source.rope_scaling["factor"])]
+    if source.gemma:
+        g = source.gemma
+        if g["window"]:
+            meta += [(f"{arch}.attention.sliding_window", GGUF_U32, g["window"]),
+                     (f"{arch}.rope.freq_base_swa", GGUF_F32, g["local_theta"])]
+            if g["period"] != GEMMA_WINDOW_PERIOD:
+                meta.append((f"{arch}.attention.sliding_window_pattern", GGUF_U32, g["period"]))
+        if g["softcap"]:
+            meta.append((f"{arch}.final_logit_softcapping", GGUF_F32, g["softcap"]))
     return meta
 
 
@@ -1130,6 +1147,7 @@ class TensorStore:
 
     def __init__(self):
         self.files = {}  # tensor name -> (path, SafetensorsFile or dict of torch tensors)
+        self.original = {}  # tensor name -> its name in the file, where they differ (Gemma 3's language model)
 
     def add(self, path, reader, names):
         for name in names:
@@ -1138,14 +1156,15 @@ class TensorStore:
             self.files[name] = (path, reader)
 
     def where(self, name):
-        return f"{self.files[name][0]}: tensor {name}"
+        return f"{self.files[name][0]}: tensor {self.original.get(name, name)}"
 
     def load(self, name):
         """Loads one tensor as float32; a torch tensor is dropped from memory once read."""
         path, reader = self.files[name]
+        where, name = self.where(name), self.original.get(name, name)
         if isinstance(reader, SafetensorsFile):
             return reader.load(name)
-        return torch_to_float32(reader.pop(name), self.where(name))
+        return torch_to_float32(reader.pop(name), where)
 
 
 # ---------------------------------------------------------------------------
@@ -1168,6 +1187,11 @@ HF_NAMES = {
     "k_norm": "model.layers.{}.self_attn.k_norm.weight",
     "gate_inp": "model.layers.{}.mlp.gate.weight",
 }
+# Gemma 3's norms: one before and one after attention and the feed-forward.
+GEMMA_NAMES = dict(HF_NAMES, rms_ffn="model.layers.{}.pre_feedforward_layernorm.weight",
+                   post_att="model.layers.{}.post_attention_layernorm.weight",
+                   post_ffn="model.layers.{}.post_feedforward_layernorm.weight")
+GEMMA_NORMS = ("rms_att", "rms_ffn", "rms_final", "q_norm", "k_norm", "post_att", "post_ffn")
 # The experts of a mixture-of-experts layer: one matrix per expert, which the
 # GGUF file stacks into one 3-D tensor per kind.
 HF_EXPERT_NAMES = {
@@ -1243,7 +1267,7 @@ def open_hf_pickles(directory):
 def hf_head_dim(cfg, path, dim, n_heads):
     """Qwen3's head size, which its config states (head_dim); None where it
     must be dim / n_heads."""
-    if cfg.get("model_type") not in ("qwen3", "qwen3_moe"):
+    if cfg.get("model_type") not in ("qwen3", "qwen3_moe", "gemma3_text"):
         if cfg.get("head_dim", dim // n_heads) not in (None, dim // n_heads):
             raise ExportError(f"{path}: head_dim {cfg['head_dim']} differs from hidden_size / "
                               f"num_attention_heads = {dim // n_heads}; run.c needs them equal")
@@ -1251,6 +1275,9 @@ def hf_head_dim(cfg, path, dim, n_heads):
     # transformers defaults to 128 when it is absent, llama.cpp to dim / n_heads
     head_dim = cfg.get("head_dim")
     if head_dim is None:
+        if cfg.get("model_type") == "gemma3_text":
+            raise ExportError(f"{path}: head_dim is missing; Gemma 3's head size must be stated (transformers and "
+                              f"llama.cpp's converter assume 256)")
         raise ExportError(f"{path}: head_dim is missing; Qwen3's head size must be stated (transformers assumes "
                           f"128, llama.cpp hidden_size / num_attention_heads)")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
@@ -1285,7 +1312,9 @@ def hf_config(directory, store, cfg, path):
         vocab_size=cfg["vocab_size"], seq_len=get("max_position_embeddings", 2048),
         rope_theta=real(rope.get("rope_theta", get("rope_theta", 10000.0)), "rope_theta", path),
         norm_eps=real(get("rms_norm_eps", 1e-6), "rms_norm_eps", path),  # LlamaConfig's default
-        shared_classifier=bool(get("tie_word_embeddings", False)) or "lm_head.weight" not in store.files,
+        # transformers ties by default for Gemma 3, not for the others
+        shared_classifier=bool(get("tie_word_embeddings", cfg.get("model_type") == "gemma3_text"))
+        or "lm_head.weight" not in store.files,
         bos_id=get("bos_token_id", 1), eos_id=eos, head_dim=head_dim)
 
 
@@ -1322,7 +1351,54 @@ def hf_experts(cfg, path):
 
 # Hugging Face model_type -> (architectures, GGUF architecture).
 HF_ARCHITECTURES = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-                    "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe")}
+                    "qwen3": ("Qwen3ForCausalLM", "qwen3"), "qwen3_moe": ("Qwen3MoeForCausalLM", "qwen3moe"),
+                    "gemma3_text": ("Gemma3ForCausalLM", "gemma3")}
+GEMMA_WINDOW_PERIOD = 6  # llama.cpp's gemma3: every 6th layer global unless sliding_window_pattern says otherwise
+# Gemma3TextConfig's defaults, which transformers fills into the text_config of
+# a Gemma3ForConditionalGeneration (Google's 4B config leaves the head counts,
+# head_dim and vocab_size to them).
+GEMMA_TEXT_DEFAULTS = {"vocab_size": 262208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                       "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                       "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_local_base_freq": 10000.0,
+                       "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+# Where a Gemma3ForConditionalGeneration checkpoint keeps its language model
+# (older and newer transformers), and the vision parts left out.
+GEMMA_LANGUAGE_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                           ("language_model.lm_head.", "lm_head."))
+GEMMA_VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                         "model.multi_modal_projector.")
+
+
+def gemma_text_config(cfg, path):
+    """The language model's config of a Gemma3ForConditionalGeneration:
+    text_config over the outer keys, completed with transformers' defaults."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise ExportError(f"{path}: Gemma3ForConditionalGeneration without a text_config object")
+    merged = {k: v for k, v in cfg.items() if k not in ("text_config", "vision_config")}
+    merged.update({k: v for k, v in GEMMA_TEXT_DEFAULTS.items() if text.get(k) is None})
+    merged.update({k: v for k, v in text.items() if v is not None})
+    merged["model_type"], merged["architectures"] = "gemma3_text", ["Gemma3ForCausalLM"]
+    return merged
+
+
+def gemma_language_model(store, directory):
+    """Keeps the language model of a Gemma3ForConditionalGeneration's tensors
+    under Gemma3ForCausalLM's names; the vision tower and projector go (a
+    GGUF gemma3 file has no place for them: llama.cpp writes them to a
+    separate mmproj file). Returns how many tensors went."""
+    renamed, dropped = {}, 0
+    for name, entry in store.files.items():
+        if name.startswith(GEMMA_VISION_PREFIXES):
+            dropped += 1
+            continue
+        new = next((to + name[len(old):] for old, to in GEMMA_LANGUAGE_PREFIXES if name.startswith(old)), name)
+        if new in renamed:
+            raise ExportError(f"{directory}: tensors {name} and {store.original.get(new, new)} are both {new}")
+        renamed[new] = entry
+        store.original[new] = name
+    store.files = renamed
+    return dropped
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -1342,13 +1418,18 @@ def check_hf_architecture(cfg, path):
         raise ExportError(f"{path}: architectures {archs} is not ['{hf_arch}'] (model_type {model_type!r})")
     if cfg.get("mlp_bias"):
         raise ExportError(f"{path}: mlp_bias is true; run.c has no bias terms in the feed-forward network")
-    if cfg.get("hidden_act", "silu") != "silu":
+    if arch == "gemma3":
+        act = cfg.get("hidden_activation", cfg.get("hidden_act", "gelu_pytorch_tanh"))
+        if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
+            raise ExportError(f"{path}: hidden_activation {act!r} is not gelu_pytorch_tanh, Gemma 3's (llama.cpp's "
+                              f"gemma3 and run.c compute that one)")
+    elif cfg.get("hidden_act", "silu") != "silu":
         raise ExportError(f"{path}: hidden_act {cfg['hidden_act']!r} is not silu")
-    if cfg.get("use_sliding_window"):
+    if cfg.get("use_sliding_window") and arch != "gemma3":
         raise ExportError(f"{path}: use_sliding_window is true; run.c attends to the whole context")
     if cfg.get("quantization_config") is not None:
         raise ExportError(f"{path}: quantized checkpoints (quantization_config) are not supported")
-    if arch in ("qwen3", "qwen3moe") and cfg.get("attention_bias"):
+    if arch in ("qwen3", "qwen3moe", "gemma3") and cfg.get("attention_bias"):
         raise ExportError(f"{path}: attention_bias is true; {arch} has no attention biases in llama.cpp or run.c")
     return arch
 
@@ -1383,8 +1464,88 @@ def hf_rope_scaling(cfg, path):
     return found
 
 
+def gemma_window(cfg, path, n_layers):
+    """(sliding window, period) of a Gemma 3 config: layer l slides when
+    l % period < period - 1; window 0 when every layer is global. From
+    layer_types where given, else sliding_window_pattern (default 6)."""
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern is not None and (isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1):
+        raise ExportError(f"{path}: sliding_window_pattern {pattern!r} is not a positive whole number")
+    period = pattern or GEMMA_WINDOW_PERIOD
+    types = cfg.get("layer_types")
+    if types is not None:
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in kinds for t in types):
+            raise ExportError(f"{path}: layer_types is not a list of {n_layers} 'sliding_attention' or "
+                              f"'full_attention'")
+        fits = lambda p: all((t == kinds[0]) == (layer % p < p - 1) for layer, t in enumerate(types))
+        found = next((p for p in [period] + list(range(1, n_layers + 2)) if fits(p)), None)
+        if found is None:
+            shown = "".join("S" if t == kinds[0] else "G" for t in types)
+            raise ExportError(f"{path}: layer_types ({shown}: S sliding, G global) is not sliding layers repeated with "
+                              f"every N-th layer global, which is all a GGUF attention.sliding_window_pattern "
+                              f"can say")
+        if pattern is not None and not fits(pattern):
+            raise ExportError(f"{path}: layer_types and sliding_window_pattern {pattern} disagree")
+        period = found
+    if period == 1:
+        return 0, 1
+    if period != GEMMA_WINDOW_PERIOD and period > n_layers + 1:
+        period = n_layers + 1  # every layer slides: the shortest period that says so
+    window = cfg.get("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise ExportError(f"{path}: sliding_window is {'missing' if window is None else repr(window)}; Gemma 3's "
+                          f"local layers need their window (a positive whole number)")
+    return window, period
+
+
+def gemma_settings(cfg, path, n_layers, dim, n_heads, head_dim):
+    """Gemma 3's own settings: {"theta", "local_theta", "scaling", "window",
+    "period", "softcap"}, or a refusal of what llama.cpp's gemma3 (and
+    run.c) do not compute. RoPE scaling applies to the global layers only."""
+    get = lambda key, default=None: cfg[key] if cfg.get(key) is not None else default
+    if get("attn_logit_softcapping") is not None:
+        raise ExportError(f"{path}: attn_logit_softcapping is set (Gemma 2's); llama.cpp's gemma3 and run.c have none")
+    if cfg.get("use_bidirectional_attention"):
+        raise ExportError(f"{path}: use_bidirectional_attention is true; run.c's attention is causal")
+    # llama.cpp's rule: queries scaled by 1/sqrt(head_dim), 1/sqrt(hidden_size / heads) for the 27B (62 layers)
+    want = dim // n_heads if n_layers == 62 else head_dim
+    scalar = real(get("query_pre_attn_scalar", 256), "query_pre_attn_scalar", path)  # transformers' default
+    if scalar != want:
+        rule = "hidden_size / num_attention_heads for 62 layers" if n_layers == 62 else "head_dim"
+        raise ExportError(f"{path}: query_pre_attn_scalar {get('query_pre_attn_scalar', 256)} is not {want}, which "
+                          f"llama.cpp's gemma3 assumes ({rule})")
+    softcap = real(get("final_logit_softcapping", 0.0), "final_logit_softcapping", path)
+    if not (np.isfinite(softcap) and softcap >= 0):
+        raise ExportError(f"{path}: final_logit_softcapping {softcap} is not a number >= 0")
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, dict) and ("full_attention" in rope or "sliding_attention" in rope):
+        full, local = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
+        if not isinstance(full, dict) or not isinstance(local, dict):
+            raise ExportError(f"{path}: rope_parameters.full_attention and sliding_attention must be objects")
+        kind = local.get("rope_type", local.get("type", "default"))
+        if kind != "default":
+            raise ExportError(f"{path}: rope_parameters.sliding_attention type {kind!r}: llama.cpp's gemma3 scales "
+                              f"the global layers' RoPE only")
+        theta = full.get("rope_theta", get("rope_theta", 1e6))
+        local_theta = local.get("rope_theta", get("rope_local_base_freq", 10000.0))
+        scaling = hf_rope_scaling({"rope_parameters": full}, path)
+    else:
+        theta = rope.get("rope_theta", get("rope_theta", 1e6)) if isinstance(rope, dict) else get("rope_theta", 1e6)
+        local_theta = get("rope_local_base_freq", 10000.0)
+        scaling = hf_rope_scaling(cfg, path)
+    if scaling and scaling["type"] != "linear":
+        raise ExportError(f"{path}: RoPE scaling {scaling['type']} is not Gemma 3's (linear)")
+    theta, local_theta = real(theta, "rope_theta", path), real(local_theta, "rope_local_base_freq", path)
+    if not (np.isfinite(local_theta) and local_theta > 0):
+        raise ExportError(f"{path}: rope_local_base_freq {local_theta} is not a positive number")
+    window, period = gemma_window(cfg, path, n_layers)
+    return {"theta": theta, "local_theta": local_theta, "scaling": scaling, "window": window, "period": period,
+            "softcap": softcap}
+
+
 class HFModel:
-    """Reads a Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory:
+    """Reads a Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory:
     tensor() gives run.c's tensors, gguf_model_tensors() llama.cpp's."""
 
     def __init__(self, directory):
@@ -1397,18 +1558,34 @@ class HFModel:
         cfg = read_json(config_path)
         if not isinstance(cfg, dict):
             raise ExportError(f"{config_path}: not a JSON object")
+        multimodal = (cfg.get("model_type") == "gemma3"
+                      or cfg.get("architectures") == ["Gemma3ForConditionalGeneration"])
+        if multimodal:
+            cfg = gemma_text_config(cfg, config_path)
         self.hf_config = cfg
         self.arch = check_hf_architecture(cfg, config_path)
-        self.rope_scaling = hf_rope_scaling(cfg, config_path)
+        self.gemma = None  # Gemma 3's settings (gemma_settings)
+        self.names = GEMMA_NAMES if self.arch == "gemma3" else HF_NAMES
+        if self.arch != "gemma3":
+            self.rope_scaling = hf_rope_scaling(cfg, config_path)
         # Qwen2 always has q/k/v biases; Llama has q/k/v/o ones with attention_bias.
         self.biases = {"qwen2": ("wq", "wk", "wv")}.get(self.arch, ())
         if self.arch == "llama" and cfg.get("attention_bias"):
             self.biases = ("wq", "wk", "wv", "wo")
-        # Qwen3: RMSNorm over each head of q and k; Qwen3-MoE: experts
-        self.qk_norm = self.arch in ("qwen3", "qwen3moe")
+        # Qwen3 and Gemma 3: RMSNorm over each head of q and k; Qwen3-MoE: experts
+        self.qk_norm = self.arch in ("qwen3", "qwen3moe", "gemma3")
         self.experts = hf_experts(cfg, config_path)
         self.store = open_hf_tensors(directory)
+        if multimodal:
+            dropped = gemma_language_model(self.store, directory)
+            print(f"note: {directory}: Gemma3ForConditionalGeneration: the language model is converted; the vision "
+                  f"tower and projector ({dropped} tensors) are left out, as a GGUF gemma3 file holds text only")
         self.config = hf_config(directory, self.store, cfg, config_path)
+        if self.arch == "gemma3":
+            c = self.config
+            self.gemma = gemma_settings(cfg, config_path, c.n_layers, c.dim, c.n_heads, c.head_size)
+            self.rope_scaling = self.gemma["scaling"]
+            c.rope_theta = self.gemma["theta"]
         self.check_names()
 
     @property
@@ -1417,7 +1594,7 @@ class HFModel:
         return self.arch != "llama" or bool(self.biases) or self.rope_scaling is not None
 
     def name(self, kind, layer, suffix="weight"):
-        return HF_NAMES[kind].format(layer)[:-len("weight")] + suffix
+        return self.names[kind].format(layer)[:-len("weight")] + suffix
 
     def expert_names(self, kind, layer):
         return [HF_EXPERT_NAMES[kind].format(layer, e) for e in range(self.experts["count"])]
@@ -1430,6 +1607,7 @@ class HFModel:
                     for kind, per_layer, _ in runc_tensors(c) if kind not in dense
                     for layer in (range(c.n_layers) if per_layer else [None])}
         extra = (("q_norm", "k_norm") if self.qk_norm else ()) + (("gate_inp",) if self.experts else ())
+        extra += ("post_att", "post_ffn") if self.gemma else ()
         expected |= {self.name(kind, layer) for kind in extra for layer in range(c.n_layers)}
         if self.experts:
             expected |= {name for kind in HF_EXPERT_NAMES for layer in range(c.n_layers)
@@ -1476,6 +1654,8 @@ class HFModel:
             return self.stacked_experts(kind, layer)
         c, name = self.config, self.name(kind, layer, suffix)
         w = self.store.load(name)
+        if self.gemma and kind in GEMMA_NORMS:
+            w = w + np.float32(1)  # Gemma's RMSNorm scales by 1 + w; the GGUF file holds 1 + w
         if kind in ("wq", "wk") and self.arch == "llama":
             heads = c.n_heads if kind == "wq" else c.n_kv_heads
             if w.shape[:1] != (heads * c.head_size,) or w.ndim != (2 if suffix == "weight" else 1):
@@ -1749,7 +1929,8 @@ SPM_BPE = 2  # TrainerSpec.model_type
 class SentencePieceModel:
     """.pieces (bytes), .scores (raw float32 bytes, kept bit-exact), .types
     (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte: GGUF's
-    numbers too), .bos_id, .eos_id, .unk_id."""
+    numbers too), .bos_id, .eos_id, .unk_id, .add_dummy_prefix (a space
+    before the text, which Gemma's tokenizer leaves out)."""
 
 
 def read_sentencepiece(path, data):
@@ -1791,9 +1972,8 @@ def read_sentencepiece(path, data):
     if model_type != SPM_BPE:
         raise ExportError(f"{path}: SentencePiece model type {model_type} is not BPE (2); "
                           "run.c's tokenizer is BPE")
-    if not dummy_prefix:
-        raise ExportError(f"{path}: add_dummy_prefix is off; run.c's tokenizer always adds it")
     m.pieces, m.scores, m.bos_id, m.eos_id = pieces, scores, bos_id, eos_id
+    m.add_dummy_prefix = bool(dummy_prefix)
     return m
 
 
@@ -1844,6 +2024,9 @@ def export_sentencepiece(path, data, out_path):
         m = read_sentencepiece(path, data)
     except (ValueError, IndexError) as e:
         raise not_a_tokenizer(path, data, e)
+    if not m.add_dummy_prefix:
+        raise ExportError(f"{path}: add_dummy_prefix is off; run.c's tokenizer.bin always adds it (a GGUF file "
+                          "can say otherwise: export the model directory with --hf)")
     write_tokenizer_bin(out_path, m.pieces, m.scores, m.bos_id, m.eos_id, [path])
     return len(m.pieces)
 
@@ -2100,7 +2283,7 @@ def special_token_metadata(path, tc, hf_cfg, added, n_tokens, fallback):
     return meta
 
 
-def pad_vocabulary(path, tokens, types, vocab_size, scores=None):
+def pad_vocabulary(path, tokens, types, vocab_size, scores=None, pad_score=-1000.0):
     """Pads to vocab_size (the embedding's rows) with unused [PADn] tokens, as
     llama.cpp does for models whose embedding has spare rows."""
     if len(tokens) > vocab_size:
@@ -2109,7 +2292,7 @@ def pad_vocabulary(path, tokens, types, vocab_size, scores=None):
         tokens.append(f"[PAD{i}]")
         types.append(TOKEN_UNUSED)
         if scores is not None:
-            scores.append(-1000.0)
+            scores.append(pad_score)
 
 
 def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
@@ -2191,9 +2374,37 @@ def byte_level_tokenizer(path, tj, directory, hf_cfg, vocab_size):
     return GgufTokenizer(path, len(tokens), meta, f"gpt2 ({pre}), {n} tokens, {len(merges)} merges")
 
 
-def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
+def apply_added_tokens(path, tc, tokens, scores, types):
+    """tokenizer_config.json's added_tokens_decoder over the pieces, as
+    llama.cpp's converter applies it: each listed id takes the listed text
+    and score -1000, control when flagged special, else user defined (its
+    "\u2581" read as a space). Returns {text: id} of the added tokens."""
+    decoder = tc.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise ExportError(f"{path}: added_tokens_decoder is not an object of ids")
+    added = {}
+    for key, entry in decoder.items():
+        content = token_content(entry)
+        if not key.isdigit() or not isinstance(content, str):
+            raise ExportError(f"{path}: added_tokens_decoder entry {key!r} is not an id with a content")
+        tid = int(key)
+        if tid >= len(tokens):
+            continue  # beyond the embedding, as the converter skips it
+        special = isinstance(entry, dict) and entry.get("special") is True
+        tokens[tid] = content if special else content.replace("\u2581", " ")
+        scores[tid] = -1000.0
+        types[tid] = TOKEN_CONTROL if special else TOKEN_USER_DEFINED
+        added[content] = tid
+    return added
+
+
+def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None, gemma=False):
     """A SentencePiece tokenizer.model (or a SentencePiece-BPE tokenizer.json)
-    as tokenizer.ggml.model "llama": pieces, scores, piece types."""
+    as tokenizer.ggml.model "llama": pieces, scores, piece types. From a
+    tokenizer.model, tokenizer.ggml.add_space_prefix says its
+    add_dummy_prefix where that is off, and always for Gemma (gemma), whose
+    added_tokens_decoder also applies, as llama.cpp's converter does."""
+    space_prefix = True
     if tj is None:
         with open(path, "rb") as f:
             data = f.read()
@@ -2204,22 +2415,29 @@ def sentencepiece_tokenizer(path, directory, hf_cfg, vocab_size, tj=None):
         tokens = [p.decode("utf-8", "replace") for p in spm.pieces]
         scores = [struct.unpack("<f", s)[0] for s in spm.scores]
         types, added, fallback = spm.types, {}, {"bos": spm.bos_id, "eos": spm.eos_id, "unk": spm.unk_id}
+        space_prefix = spm.add_dummy_prefix
     else:
         tokens, scores, types, bos, eos, added, unk = spm_json_vocab(tj, path)
         fallback = {"bos": bos, "eos": eos, "unk": unk}
     fallback = {k: v for k, v in fallback.items() if v is not None and 0 <= v < len(tokens)}
     n = len(tokens)
-    pad_vocabulary(path, tokens, types, vocab_size, scores)
+    # llama.cpp's converter gives Gemma's spare rows -10000 (its SentencePiece path)
+    pad_vocabulary(path, tokens, types, vocab_size, scores, -10000.0 if gemma else -1000.0)
     tc = hf_tokenizer_config(directory)
-    meta = [("tokenizer.ggml.model", GGUF_STRING, "llama"),
-            ("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
-            ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
-            ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types)]
+    if tj is None and gemma:
+        added = apply_added_tokens(os.path.join(directory, "tokenizer_config.json"), tc, tokens, scores, types)
+    meta = [("tokenizer.ggml.model", GGUF_STRING, "llama")]
+    meta += [("tokenizer.ggml.pre", GGUF_STRING, "default")] if gemma else []
+    meta += [("tokenizer.ggml.tokens", (GGUF_ARRAY, GGUF_STRING), tokens),
+             ("tokenizer.ggml.scores", (GGUF_ARRAY, GGUF_F32), scores),
+             ("tokenizer.ggml.token_type", (GGUF_ARRAY, GGUF_I32), types)]
     meta += special_token_metadata(path, tc, hf_cfg, added, len(tokens), fallback)
     add_bos = tc.get("add_bos_token") if isinstance(tc.get("add_bos_token"), bool) else True
     add_eos = tc.get("add_eos_token") if isinstance(tc.get("add_eos_token"), bool) else False
     meta += [("tokenizer.ggml.add_bos_token", GGUF_BOOL, add_bos),
              ("tokenizer.ggml.add_eos_token", GGUF_BOOL, add_eos)]
+    if gemma or not space_prefix:
+        meta.append(("tokenizer.ggml.add_space_prefix", GGUF_BOOL, space_prefix))
     meta += chat_template_metadata(directory, tc)
     return GgufTokenizer(path, len(tokens), meta, f"llama (SentencePiece), {n} tokens")
 
@@ -2233,7 +2451,8 @@ def hf_gguf_tokenizer(directory, tj, hf_cfg, vocab_size):
         if tj is not None and is_byte_level(tj):
             return byte_level_tokenizer(json_path, tj, directory, hf_cfg, vocab_size)
         if os.path.isfile(model_path):
-            return sentencepiece_tokenizer(model_path, directory, hf_cfg, vocab_size)
+            return sentencepiece_tokenizer(model_path, directory, hf_cfg, vocab_size,
+                                           gemma=hf_cfg.get("model_type") == "gemma3_text")
         if tj is not None:
             check_sentencepiece_bpe_json(tj, json_path)
             return sentencepiece_tokenizer(json_path, directory, hf_cfg, vocab_size, tj)
@@ -2264,7 +2483,7 @@ def parse_args(argv):
         epilog="examples: export.py model.bin --hf DIR | export.py --tokenizer tokenizer.model tok.bin")
     parser.add_argument("out", metavar="OUT.bin", help="the file to write")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3 or Qwen3-MoE directory")
+    source.add_argument("--hf", metavar="DIR", help="Hugging Face Llama, Qwen2, Qwen3, Qwen3-MoE or Gemma 3 directory")
     source.add_argument("--meta", metavar="DIR", help="Meta consolidated.*.pth + params.json directory")
     source.add_argument("--llama2c", metavar="FILE", help="llama2.c checkpoint (version 0, 1 or 2)")
     source.add_argument("--tokenizer", metavar="FILE",
