@@ -8474,7 +8474,8 @@ static void test_r1_recognition(void) {
 // early text without its cut at </think> (an earlier reply rendered whole,
 // as DeepSeek V3's template renders it) is not recognized.
 static void test_r1_early_recognition(void) {
-    static const char cut[] = "{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}";
+    static const char cut[] = "{% if '</think>' in content %}"
+                              "{% set content = content.split('</think>')[-1] %}{% endif %}";
     static const char *const files[2] = {"reference/arch/chat/deepseek_r1.jinja",
                                          "reference/arch/chat/deepseek_r1_early.jinja"};
     char path[PATH_SIZE], detail[256] = "";
