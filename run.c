@@ -921,6 +921,8 @@ typedef struct {
     int remove_extra_spaces;
     int add_bos;           // prompts start with BOS
     int chat_template;     // TEMPLATE_*: the file's chat template
+    int template_early;    // the file's template is an earlier version of chat_template's (deepseek-r1:
+                           // January 2025's, see deepseek_r1_early)
     int ids_known;         // BOS/EOS ids came from the file (GGUF), not from the model
     int byte_token[256];   // id of <0xXX> (byte-level BPE: of the one-byte token), or -1
     int *table;            // (table_size) piece hash table of ids, -1 = empty
@@ -2069,6 +2071,8 @@ int logits_mode(Transformer *t, const char *ids_path, const char *ids_text, cons
               (the R1 distills; no marker before the system prompt). The prompt
               opens the reasoning; an earlier reply is kept as
               <｜Assistant｜>"{what follows its last </think>}"<｜end▁of▁sentence｜>.
+              Their template of January 2025 (as GGUF files made then carry it)
+              ends the prompt at <｜Assistant｜>: the model opens <think> itself.
    (chatml and zephyr start with BOS when the model adds one). The first turn
    in the context carries the system prompt. Reasoning (harmony's analysis
    channel, <think>...</think>) is printed between [reasoning] and
@@ -2098,6 +2102,18 @@ static int contains(const char *s, size_t len, const char *word) {
     return 0;
 }
 
+// The R1 distills' template of January 2025, before DeepSeek's update of
+// February 2025: the same text but for the generation prompt, <｜Assistant｜>
+// alone (the model writes <think> itself). It renders an earlier reply as
+// '<｜Assistant｜>' + content, cut after its last </think>; DeepSeek V3's
+// renders it whole, and V3.1's has other prompts.
+static int deepseek_r1_early(const char *jinja, size_t len) {
+    return contains(jinja, len, DEEPSEEK_USER) && contains(jinja, len, "{{'" DEEPSEEK_ASSISTANT "'}}") &&
+           contains(jinja, len, "'" DEEPSEEK_ASSISTANT "' + content") &&
+           contains(jinja, len, "content.split('</think>')[-1]") &&
+           !contains(jinja, len, DEEPSEEK_ASSISTANT "<think>\\n");
+}
+
 // Which template a Jinja chat template is, by distinctive substrings, as
 // llama.cpp's llm_chat_detect_template tells them apart.
 static int recognize_template(const char *jinja, size_t len) {
@@ -2110,10 +2126,11 @@ static int recognize_template(const char *jinja, size_t len) {
     if (contains(jinja, len, "<|start_header_id|>") && contains(jinja, len, "<|end_header_id|>"))
         return TEMPLATE_LLAMA3;
     if (contains(jinja, len, "<|user|>")) return TEMPLATE_ZEPHYR;
-    // the R1 distills' template, whose generation prompt opens the reasoning
-    // (DeepSeek V3's and later templates have other prompts)
+    // the R1 distills' template, whose generation prompt opens the reasoning,
+    // or its January 2025 version (DeepSeek V3's and later templates are neither)
     if (contains(jinja, len, DEEPSEEK_USER) && contains(jinja, len, DEEPSEEK_ASSISTANT "<think>\\n"))
         return TEMPLATE_DEEPSEEK_R1;
+    if (deepseek_r1_early(jinja, len)) return TEMPLATE_DEEPSEEK_R1;
     return TEMPLATE_UNKNOWN;
 }
 
@@ -2171,8 +2188,10 @@ typedef struct {
                                                           // <|end|>, <|return|>, <|call|>; or -1
     int think, end_think; // <think> and </think> when the vocabulary has them, or -1
     int user, assistant, end_sentence; // deepseek-r1's <｜User｜>, <｜Assistant｜>, <｜end▁of▁sentence｜>; or -1
-    int n_gen_only;     // ids that end every prompt but not an earlier reply's rendering (deepseek-r1's
-                        // <think>\n): a finished reply takes their place
+    int think_prompt;   // deepseek-r1: the generation prompt opens <think>\n (the current template); 0: the
+                        // January 2025 one, <｜Assistant｜> alone, after which the model opens <think> itself
+    int n_gen_only;     // ids that end every prompt but not an earlier reply's rendering (the current
+                        // deepseek-r1 template's <think>\n): a finished reply takes their place
     int end[MAX_END];   // what ends a reply in the context
     int n_end;
     Turn *turns;        // (n_turns) every turn so far
@@ -2346,8 +2365,10 @@ static int *render_turn(Chat *chat, const char *user, int first, int *n) {
         put_id(&r, chat->user);
         put_text(&r, "%s", user);
         put_id(&r, chat->assistant);
-        put_id(&r, chat->think); // the reply starts in its reasoning
-        put_text(&r, "\n");
+        if (chat->think_prompt) { // the reply starts in its reasoning
+            put_id(&r, chat->think);
+            put_text(&r, "\n");
+        }
         break;
     case TEMPLATE_MISTRAL:
         if (first) put_id(&r, bos);
@@ -2407,8 +2428,9 @@ static int reasoning_for_template(Chat *chat, int template) {
         chat->reasoning = r == REASONING_OFF ? REASONING_OFF : REASONING_ON; // Qwen3 has no levels
     } else if (template == TEMPLATE_DEEPSEEK_R1) {
         if (r != REASONING_DEFAULT && r != REASONING_ON)
-            return fail("--reasoning %s: the deepseek-r1 chat template always reasons (its prompt opens <think>) "
-                        "and has no setting; --hide-reasoning keeps the reasoning off the screen", reasoning_names[r]);
+            return fail("--reasoning %s: the deepseek-r1 chat template always reasons (%s) and has no setting; "
+                        "--hide-reasoning keeps the reasoning off the screen", reasoning_names[r],
+                        chat->think_prompt ? "its prompt opens <think>" : "the model opens <think> itself");
     } else if (r != REASONING_DEFAULT) {
         return fail("--reasoning %s: the %s chat template has no reasoning setting (qwen3's and harmony's have)",
                     reasoning_names[r], template_names[template]);
@@ -2437,6 +2459,7 @@ static int chat_template_init(Chat *chat) {
     chat->start = chat->message = chat->channel = chat->end_message = chat->stop = chat->call = -1;
     chat->user = chat->assistant = chat->end_sentence = -1;
     chat->n_end = chat->n_gen_only = 0;
+    chat->think_prompt = template == TEMPLATE_DEEPSEEK_R1 && !tk->template_early;
     if (reasoning_for_template(chat, template) != 0) return -1;
     chat->think = template == TEMPLATE_HARMONY ? -1 : token_spelled(tk, "<think>");
     chat->end_think = chat->think < 0 ? -1 : token_spelled(tk, "</think>");
@@ -2474,7 +2497,7 @@ static int chat_template_init(Chat *chat) {
             return fail("the deepseek-r1 chat template needs the tokens <think> and </think>, which this vocabulary "
                         "lacks (choose another with --chat-template)");
         if (encode(chat->tk, "\n", 1, 0, 0, newline, &n) != 0) return -1;
-        chat->n_gen_only = 1 + n; // <think> and the newline after it
+        chat->n_gen_only = chat->think_prompt ? 1 + n : 0; // <think> and the newline after it
     }
     if (template == TEMPLATE_LLAMA3) chat->end[chat->n_end++] = chat->eot;
     else if (template == TEMPLATE_DEEPSEEK_R1) chat->end[chat->n_end++] = chat->end_sentence;
@@ -2580,7 +2603,7 @@ typedef struct {
 static void reply_view_init(ReplyView *v, const Chat *chat, FILE *out) {
     *v = (ReplyView){.chat = chat, .text = {.out = out}, .skip_space = 1,
                      .part = chat->template == TEMPLATE_HARMONY ? PART_HEADER : PART_ANSWER};
-    if (chat->template == TEMPLATE_DEEPSEEK_R1) { v->part = PART_REASONING; v->skip_space = 2; } // the prompt opened <think>
+    if (chat->think_prompt) { v->part = PART_REASONING; v->skip_space = 2; } // the prompt opened <think>
 }
 
 // Ends the current part and starts the next.
@@ -9368,7 +9391,10 @@ static int gguf_vocab(Tokenizer *tk, const Gguf *g, const char *path, int vocab_
     tk->ids_known = 1;
     gguf_eog(tk, g);
     const char *template = gguf_string(g, "tokenizer.chat_template", &len);
-    if (template) tk->chat_template = recognize_template(template, len);
+    if (template) {
+        tk->chat_template = recognize_template(template, len);
+        tk->template_early = tk->chat_template == TEMPLATE_DEEPSEEK_R1 && deepseek_r1_early(template, len);
+    }
     return 0;
 }
 
@@ -11151,7 +11177,10 @@ static int run_mode(const Options *o, Transformer *t, Tokenizer *tk, const char 
                     "tokenizer.bin, or a GGUF file with a vocabulary; `make` links Llama 2's here)", o->checkpoint);
     if (tokenizer_open(tk, tokenizer, c->vocab_size) != 0) return -1;
     if (!tk->ids_known) { tk->bos_id = c->bos_id; tk->eos_id = c->eos_id; } // tokenizer.bin has no ids
-    if (o->chat_template != TEMPLATE_NONE) tk->chat_template = o->chat_template;
+    if (o->chat_template != TEMPLATE_NONE) { // a name means that template's current version
+        tk->chat_template = o->chat_template;
+        tk->template_early = 0;
+    }
     if (o->mode_bit == MODE_QUANTIZE) return quantize_to_gguf(o, t, tk); // with the tokenizer as its vocabulary
     if (o->mode_bit == MODE_TOKENIZE) return tokenize_mode(tk, text, text_len);
     Sampler sampler;

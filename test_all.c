@@ -8283,18 +8283,20 @@ static void test_reasoning_flags(const CliFiles *f, const char *harmony_model, c
    models/vocab/qwen2-vocab.gguf as test/make_r1_chat.py derives it */
 
 #define R1_VOCAB "build/tmp/r1-vocab.gguf"
+#define R1_EARLY_VOCAB "build/tmp/r1-early-vocab.gguf" // with the template of January 2025
 
 // Whether a GGUF value's key (not NUL-terminated) is key.
 static int key_is(const GgufValue *v, const char *key) {
     return v->key_len == strlen(key) && !memcmp(v->key, key, v->key_len);
 }
 
-// The DeepSeek-R1-Distill-Qwen vocabulary, written to R1_VOCAB: Qwen2's with
+// The DeepSeek-R1-Distill-Qwen vocabulary, written to out: Qwen2's with
 // DeepSeek's added tokens at 151643..151649 (typed as llama.cpp's converter
 // types them), 151665.. padding, BOS <｜begin▁of▁sentence｜> added to
-// prompts, EOS <｜end▁of▁sentence｜> and the template of
-// reference/arch/chat/deepseek_r1.jinja. -1 with error_message.
-static int derive_r1_vocab(void) {
+// prompts, EOS <｜end▁of▁sentence｜> and the template of the data file
+// template_file (reference/arch/chat/deepseek_r1.jinja, or the January 2025
+// deepseek_r1_early.jinja). -1 with error_message.
+static int derive_r1_vocab(const char *template_file, const char *out_path) {
     static const struct { int id, type; const char *text; } added[] = {
         {151643, 3, DEEPSEEK_END}, {151644, 3, DEEPSEEK_USER}, {151645, 3, DEEPSEEK_ASSISTANT},
         {151646, 3, "<" FULL_BAR "begin\xE2\x96\x81of\xE2\x96\x81sentence" FULL_BAR ">"}, {151647, 3, "<|EOT|>"},
@@ -8303,7 +8305,7 @@ static int derive_r1_vocab(void) {
     char src[PATH_SIZE], jinja[PATH_SIZE];
     Bytes file, template;
     if (!data_path(src, "models/vocab/qwen2-vocab.gguf") || load_file(src, &file) != 0) return fail("cannot read %s", src);
-    if (!data_path(jinja, "reference/arch/chat/deepseek_r1.jinja") || load_file(jinja, &template) != 0) {
+    if (!data_path(jinja, template_file) || load_file(jinja, &template) != 0) {
         bytes_free(&file);
         return fail("cannot read %s", jinja);
     }
@@ -8357,7 +8359,7 @@ static int derive_r1_vocab(void) {
             }
         }
         put_kv_u32(&out, "tokenizer.ggml.bos_token_id", 151646);
-        err = out.err || save_file(R1_VOCAB, out.data, out.len) != 0 ? fail("cannot write %s", R1_VOCAB) : 0;
+        err = out.err || save_file(out_path, out.data, out.len) != 0 ? fail("cannot write %s", out_path) : 0;
         gguf_free(&g);
     }
     free(out.data);
@@ -8366,22 +8368,21 @@ static int derive_r1_vocab(void) {
     return err;
 }
 
-// Each conversation of reference/arch/chat/deepseek_r1_history.tsv (system,
-// user, the reply as the model wrote it, the ids of the conversation through
-// that reply as the template renders it) through the chat's own steps: each
-// turn's prompt, the reply's ids (its text encoded, </think> a token), the
-// reply kept as keep_reply keeps it and the end-of-turn make the context,
-// and the context rebuilt from the turns (kept_turns, as when old turns are
-// dropped) is the same.
-static void test_r1_history(void) {
-    const char *tsv = "reference/arch/chat/deepseek_r1_history.tsv";
+// Each conversation of a history .tsv (system, user, the reply as the model
+// wrote it, the ids of the conversation through that reply as the template
+// of the vocabulary file vocab_file renders it) through the chat's own
+// steps: each turn's prompt, the reply's ids (its text encoded, <think> and
+// </think> tokens), the reply kept as keep_reply keeps it and the
+// end-of-turn make the context, and the context rebuilt from the turns
+// (kept_turns, as when old turns are dropped) is the same.
+static void test_r1_history(const char *tsv, const char *vocab_file) {
     char path[PATH_SIZE], vocab[PATH_SIZE], name[256], detail[1024] = "";
     format_text(name, sizeof name, "chat: deepseek-r1: the context after each reply (reasoning dropped) == %s", tsv);
     Pieces lines;
     Tokenizer tk;
     Chat chat;
     if (!data_path(path, tsv) || load_lines(path, &lines) != 0) { report(name, 0, "cannot read %s", path); return; }
-    if (vocab_chat(&chat, &tk, R1_VOCAB, REASONING_DEFAULT, vocab) != 0) {
+    if (vocab_chat(&chat, &tk, vocab_file, REASONING_DEFAULT, vocab) != 0) {
         report(name, 0, "%s", error_message);
         pieces_free(&lines);
         return;
@@ -8468,6 +8469,36 @@ static void test_r1_recognition(void) {
            right == n, "%d of %d templates told apart", right, n);
 }
 
+// The distills' two templates as their files have them: the current one is
+// deepseek-r1, the January 2025 one deepseek-r1 in its early version; the
+// early text without its cut at </think> (an earlier reply rendered whole,
+// as DeepSeek V3's template renders it) is not recognized.
+static void test_r1_early_recognition(void) {
+    static const char cut[] = "{% if '</think>' in content %}"
+                              "{% set content = content.split('</think>')[-1] %}{% endif %}";
+    static const char *const files[2] = {"reference/arch/chat/deepseek_r1.jinja",
+                                         "reference/arch/chat/deepseek_r1_early.jinja"};
+    char path[PATH_SIZE], detail[256] = "";
+    int right = 0;
+    for (int i = 0; i < 2; i++) {
+        Bytes text;
+        if (!data_path(path, files[i]) || load_file(path, &text) != 0) {
+            format_text(detail, sizeof detail, "; cannot read %s", path);
+            continue;
+        }
+        right += recognize_template(text.data, text.len) == TEMPLATE_DEEPSEEK_R1 &&
+                 deepseek_r1_early(text.data, text.len) == i;
+        char *at = strstr(text.data, cut);
+        if (i == 1 && at) {
+            memmove(at, at + strlen(cut), strlen(at + strlen(cut)) + 1);
+            right += recognize_template(text.data, strlen(text.data)) == TEMPLATE_UNKNOWN;
+        }
+        bytes_free(&text);
+    }
+    report("chat: deepseek-r1: the distills' current and January 2025 templates told apart, and from V3's way",
+           right == 3, "%d of 3 templates recognized as they should%s", right, detail);
+}
+
 // A one-line refusal (status 1) naming what is wrong, or (says NULL) a chat.
 static void r1_cli_case(const char *label, const char *model, const char *const args[4], const char *says) {
     char name[256], status[64], err[256];
@@ -8481,24 +8512,65 @@ static void r1_cli_case(const char *label, const char *model, const char *const 
     cli_free(&r);
 }
 
+// The R1 distills' January 2025 template (prompt <｜Assistant｜> alone):
+// every turn and every context after a reply of its references, the
+// model's own <think> shown as reasoning, whole chats through the CLI,
+// --chat-template deepseek-r1 meaning the current template.
+static void test_deepseek_r1_early(const char *v0) {
+    const char *model = "build/models/r1-early-vocab-random.gguf";
+    if (derive_r1_vocab("reference/arch/chat/deepseek_r1_early.jinja", R1_EARLY_VOCAB) != 0 ||
+        (!file_exists(model) && gguf_around_vocab(R1_EARLY_VOCAB, v0, model) != 0)) {
+        report("chat: deepseek-r1 (January 2025): the vocabulary with that template and a model of it", 0, "%s",
+               error_message[0] ? error_message : "cannot make the model");
+        return;
+    }
+    test_r1_early_recognition();
+    test_chat_render_tsv("reference/arch/chat/deepseek_r1_early_chat.tsv", R1_EARLY_VOCAB, TEMPLATE_DEEPSEEK_R1,
+                         REASONING_DEFAULT);
+    test_r1_history("reference/arch/chat/deepseek_r1_early_history.tsv", R1_EARLY_VOCAB);
+    static const char *const reply[] = {"<think>", "\nThe user greets.\n", "</think>", "\n\n", "Hello!", DEEPSEEK_END,
+        DEEPSEEK_USER, NULL};
+    static const char *const reply_kept_form[] = {"\n\n", "Hello!", NULL};
+    test_reply_script(R1_EARLY_VOCAB, "deepseek-r1 (January 2025), a reply opening its own <think>", reply, 5,
+                      "[reasoning] The user greets. [/reasoning]\nHello!", "Hello!", reply_kept_form);
+    static const char *const plain[] = {" Bonjour !", DEEPSEEK_END, NULL};
+    test_reply_script(R1_EARLY_VOCAB, "deepseek-r1 (January 2025), a reply without reasoning", plain, 1, "Bonjour !",
+                      "Bonjour !", NULL);
+    static const char *const cut[] = {"<think>", "Still thinking", NULL};
+    test_reply_script(R1_EARLY_VOCAB, "deepseek-r1 (January 2025), a reply cut in its reasoning", cut, -1,
+                      "[reasoning] Still thinking [/reasoning]", "", NULL);
+    int r1_end[] = {151643};
+    const char *const none[4] = {NULL};
+    chat_conversations("reference/arch/chat/deepseek_r1_early_chat.tsv", model, NULL, r1_end, 1,
+                       "deepseek-r1 (January 2025)", none);
+    const char *const current[4] = {"--chat-template", "deepseek-r1", NULL};
+    chat_conversations("reference/arch/chat/deepseek_r1_chat.tsv", model, NULL, r1_end, 1,
+                       "--chat-template deepseek-r1 (the current template) over a January 2025 file", current);
+    const char *const off[4] = {"--reasoning", "off", NULL};
+    r1_cli_case("--reasoning off is refused with the January 2025 template", model, off,
+                "--reasoning off: the deepseek-r1 chat template always reasons (the model opens <think> itself)");
+}
+
 // The R1 distills' template: recognized in the vocabulary derived from
 // Qwen2's, every turn of the reference as jinja2 renders it, earlier
 // replies kept without their reasoning, a reply shown and ended as it
 // should, typed markers kept as text; whole chats through the CLI with a
-// random model of that vocabulary; the refusals.
+// random model of that vocabulary; the refusals; then the same for the
+// template of January 2025.
 static void test_deepseek_r1(const char *qwtiny) {
     char v0[PATH_SIZE];
     const char *model = "build/models/r1-vocab-random.gguf";
     static const char *const args[] = {"64", "192", "2", "4", "2", "151669", "512", "--seed", "47", NULL};
-    if (derive_r1_vocab() != 0 ||
-        (!file_exists(model) && (make_model("r1-vocab-random", args, v0) != 0 || gguf_around_vocab(R1_VOCAB, v0, model) != 0))) {
+    if (derive_r1_vocab("reference/arch/chat/deepseek_r1.jinja", R1_VOCAB) != 0 ||
+        make_model("r1-vocab-random", args, v0) != 0 ||
+        (!file_exists(model) && gguf_around_vocab(R1_VOCAB, v0, model) != 0)) {
         report("chat: deepseek-r1: the vocabulary derived from qwen2-vocab.gguf and a model of it", 0, "%s",
                error_message[0] ? error_message : "cannot make the model");
         return;
     }
     test_r1_recognition();
     test_chat_render_tsv("reference/arch/chat/deepseek_r1_chat.tsv", R1_VOCAB, TEMPLATE_DEEPSEEK_R1, REASONING_DEFAULT);
-    test_r1_history();
+    test_r1_history("reference/arch/chat/deepseek_r1_history.tsv", R1_VOCAB);
     static const char *const reply[] = {"The user greets.\n", "</think>", "\n\n", "Hello!", DEEPSEEK_END, DEEPSEEK_USER, NULL};
     static const char *const reply_kept_form[] = {"\n\n", "Hello!", NULL};
     test_reply_script(R1_VOCAB, "deepseek-r1, a reply opened in its reasoning", reply, 4,
@@ -8518,6 +8590,7 @@ static void test_deepseek_r1(const char *qwtiny) {
     const char *const other[4] = {"--chat-template", "deepseek-r1", NULL};
     r1_cli_case("a vocabulary without its markers is refused by name", qwtiny, other,
                 "the deepseek-r1 chat template needs the token " DEEPSEEK_USER);
+    test_deepseek_r1_early(v0);
 }
 
 static void template_tests(void) {

@@ -16,7 +16,11 @@
    llama.cpp's llama-tokenize (control tokens parsed, no BOS added: the
    template writes it), writing reference/arch/chat/deepseek_r1_chat.tsv
    (system, user, ids per turn) and deepseek_r1_history.tsv (system, user,
-   reply, ids of the whole conversation through that reply).
+   reply, ids of the whole conversation through that reply); then the same
+   with the distills' template of January 2025
+   (reference/arch/chat/deepseek_r1_early.jinja, whose generation prompt is
+   <｜Assistant｜> alone, so the replies carry the model's own <think>),
+   writing deepseek_r1_early_chat.tsv and deepseek_r1_early_history.tsv.
 
    PYTHONPATH=llama.cpp/gguf-py python3 test/make_r1_chat.py vocab OUT.gguf
    python3 test/make_r1_chat.py render OUT.gguf path/to/llama-tokenize
@@ -44,8 +48,8 @@ DEEPSEEK_TOKENS = {  # id: (text, type), as tokenizer_config.json has them
 FIRST_PAD = 151665  # the distills' tokenizer ends at 151664
 
 
-def template_text():
-    with open(os.path.join(CHAT, "deepseek_r1.jinja"), encoding="utf-8") as f:
+def template_text(name="deepseek_r1"):
+    with open(os.path.join(CHAT, name + ".jinja"), encoding="utf-8") as f:
         return f.read()
 
 
@@ -101,12 +105,21 @@ CONVERSATIONS = [
             "Tags.\n</think>\n\n<think> opens reasoning."]),
 ]
 
+# The January 2025 template's prompt ends at <｜Assistant｜>: the model writes
+# <think>\n itself, so the same replies start with it; and replies that skip
+# or empty the reasoning.
+EARLY_CONVERSATIONS = [(system, [line if k % 2 == 0 else "<think>\n" + line for k, line in enumerate(lines)])
+                       for system, lines in CONVERSATIONS] + [
+    ("Reply in French.", ["Good morning", "Bonjour !", "And good night?",
+                          "<think>\n\n</think>\n\nBonne nuit !", "Thanks", "<think>\nPolite.\n</think>\n\n De rien."]),
+]
 
-def render(messages, generation_prompt):
+
+def render(template, messages, generation_prompt):
     import jinja2
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # as transformers compiles templates
-    return env.from_string(template_text()).render(messages=messages, bos_token=BOS_TEXT,
-                                                   add_generation_prompt=generation_prompt)
+    return env.from_string(template).render(messages=messages, bos_token=BOS_TEXT,
+                                            add_generation_prompt=generation_prompt)
 
 
 def tokenize(tool, vocab, text):
@@ -122,34 +135,37 @@ def escape(text):
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
 
 
-def make_references(vocab, tool):
+def make_references(vocab, tool, name, conversations):
+    template = template_text(name)
     turns, history, shown = [], [], []
-    for system, lines in CONVERSATIONS:
+    for system, lines in conversations:
         messages = [{"role": "system", "content": system}] if system is not None else []
         for k in range(0, len(lines), 2):
             user, reply = lines[k], lines[k + 1]
-            before = render(messages, False)
+            before = render(template, messages, False)
             messages.append({"role": "user", "content": user})
-            text = render(messages, True)
+            text = render(template, messages, True)
             assert text.startswith(before)
             added = text if k == 0 else text[len(before):]  # what follows the last reply's end-of-turn
             first = "-" if system is None else escape(system)
             turns.append(f"{first if k == 0 else ''}\t{escape(user)}\t{' '.join(map(str, tokenize(tool, vocab, added)))}")
             messages.append({"role": "assistant", "content": reply})
-            whole = render(messages, False)
+            whole = render(template, messages, False)
             history.append(f"{first if k == 0 else ''}\t{escape(user)}\t{escape(reply)}\t"
                            f"{' '.join(map(str, tokenize(tool, vocab, whole)))}")
             shown.append([system, user, added, reply, whole])
-    for name, rows in (("deepseek_r1_chat.tsv", turns), ("deepseek_r1_history.tsv", history)):
-        with open(os.path.join(CHAT, name), "w", encoding="utf-8") as f:
+    for tsv, rows in ((name + "_chat.tsv", turns), (name + "_history.tsv", history)):
+        with open(os.path.join(CHAT, tsv), "w", encoding="utf-8") as f:
             f.write("\n".join(rows) + "\n")
-    json.dump(shown, sys.stdout, ensure_ascii=False, indent=0)
+    return shown
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "vocab":
         derive_vocab(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "render":
-        make_references(sys.argv[2], sys.argv[3])
+        shown = make_references(sys.argv[2], sys.argv[3], "deepseek_r1", CONVERSATIONS)
+        shown += make_references(sys.argv[2], sys.argv[3], "deepseek_r1_early", EARLY_CONVERSATIONS)
+        json.dump(shown, sys.stdout, ensure_ascii=False, indent=0)
     else:
         sys.exit(__doc__)
