@@ -5046,13 +5046,17 @@ static float dot_q5_k(const void *row, const void *act, int n) { return dot_q5_k
 static float dot_iq4_xs(const void *row, const void *act, int n) { return dot_iq4_xs_plain(row, act, n); }
 #endif
 
-// The table. A type without a row here is refused by name when a file holds it.
 // The packed layouts (Packing section), by type.
-static const PackedLayout packed_q8_0 = {.name = "q8_0x16", .quant_bytes = 16 * QK, .meta_bytes = 16 * 2, .offset = 128, .bits = 8};
-static const PackedLayout packed_q4_0 = {.name = "q4_0x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 8, .bits = 4};
-static const PackedLayout packed_q4_1 = {.name = "q4_1x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * (2 + 2), .mins = 1, .bits = 4};
-static const PackedLayout packed_q5_0 = {.name = "q5_0x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * 2, .offset = 16, .bits = 5};
-static const PackedLayout packed_q5_1 = {.name = "q5_1x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * (2 + 2), .mins = 1, .bits = 5};
+static const PackedLayout packed_q8_0 = {.name = "q8_0x16", .quant_bytes = 16 * QK, .meta_bytes = 16 * 2, .offset = 128,
+                                         .bits = 8};
+static const PackedLayout packed_q4_0 = {.name = "q4_0x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 8,
+                                         .bits = 4};
+static const PackedLayout packed_q4_1 = {.name = "q4_1x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * (2 + 2), .mins = 1,
+                                         .bits = 4};
+static const PackedLayout packed_q5_0 = {.name = "q5_0x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * 2, .offset = 16,
+                                         .bits = 5};
+static const PackedLayout packed_q5_1 = {.name = "q5_1x16", .quant_bytes = 16 * QK * 5 / 8, .meta_bytes = 16 * (2 + 2), .mins = 1,
+                                         .bits = 5};
 static const PackedLayout packed_iq4_nl = {.name = "iq4_nlx16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 128,
                                            .lookup = LOOKUP_IQ4NL, .bits = 4};
 static const PackedLayout packed_mxfp4 = {.name = "mxfp4x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16, .offset = 128,
@@ -5070,6 +5074,7 @@ static const PackedLayout packed_q6_k = {.name = "q6_kx16", .quant_bytes = 16 * 
 static const PackedLayout packed_iq4_xs = {.name = "iq4_xsx16", .quant_bytes = 16 * QK_K * 4 / 8, .meta_bytes = 16 * (2 + 8),
                                            .offset = 128, .lookup = LOOKUP_IQ4NL, .planes = 4, .n_subs = 8};
 
+// The table. A type without a row here is refused by name when a file holds it.
 static const TypeTraits type_traits[TYPE_COUNT] = {
     [TYPE_F32] = {.block_size = 1, .block_bytes = 4, .act_type = TYPE_F32, .dequantize = dequantize_f32,
                   .quantize = quantize_f32, .dot_plain = dot_f32_row_plain, .dot = dot_f32_row},
