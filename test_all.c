@@ -9478,17 +9478,16 @@ static void same_cli_logits(const char *name, const char *model, const char *wan
     cli_free(&r);
 }
 
-static void test_qwen3_export(const Qwen3Export *e) {
-    char name[256], dir[PATH_SIZE], out[PATH_SIZE], gguf[PATH_SIZE], case_dir[PATH_SIZE], problem[512] = "";
+// The shared GGUF file gguf_relative as a Hugging Face directory dir
+// (make_qwen3_dir, its path into gguf), exported by export.py --hf to out;
+// 0, or -1 with the failure reported under name.
+static int export_hf_dir(const char *name, const char *gguf_relative, const char *dir, const char *out,
+                         const char *const flags[4], char *gguf, char *problem, size_t size) {
     char status[64], err[256];
-    format_text(name, sizeof name, "export.py --hf: %s %s -> GGUF: every key and tensor of %s but general.name%s",
-                e->label, e->style, e->gguf, e->untied ? ", and output.weight == token_embd.weight" : "");
-    format_text(dir, sizeof dir, "build/export/hf-%s", e->label);
-    format_text(out, sizeof out, "build/export/%s.gguf", e->label);
     remove(out);
-    if (make_qwen3_dir(e->gguf, dir, e->flags, gguf, problem, sizeof problem) != 0) {
+    if (make_qwen3_dir(gguf_relative, dir, flags, gguf, problem, size) != 0) {
         report(name, 0, "%s", problem);
-        return;
+        return -1;
     }
     CliResult r;
     python(&r, export_py, out, "--hf", dir, NULL);
@@ -9496,7 +9495,16 @@ static void test_qwen3_export(const Qwen3Export *e) {
     if (!exported) report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
                           quoted(r.err.data, r.err.len, err, sizeof err));
     cli_free(&r);
-    if (!exported) return;
+    return exported ? 0 : -1;
+}
+
+static void test_qwen3_export(const Qwen3Export *e) {
+    char name[256], dir[PATH_SIZE], out[PATH_SIZE], gguf[PATH_SIZE], case_dir[PATH_SIZE], problem[512] = "";
+    format_text(name, sizeof name, "export.py --hf: %s %s -> GGUF: every key and tensor of %s but general.name%s",
+                e->label, e->style, e->gguf, e->untied ? ", and output.weight == token_embd.weight" : "");
+    format_text(dir, sizeof dir, "build/export/hf-%s", e->label);
+    format_text(out, sizeof out, "build/export/%s.gguf", e->label);
+    if (export_hf_dir(name, e->gguf, dir, out, e->flags, gguf, problem, sizeof problem) != 0) return;
     GgufFile ours, ref;
     if (gguf_file_open(&ours, out, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
     if (gguf_file_open(&ref, gguf, problem, sizeof problem) != 0) {
@@ -9584,18 +9592,7 @@ static void test_gemma3_keys(const char *label, const char *const flags[4], int6
                 softcap > 0 ? ", final_logit_softcapping" : ", no final_logit_softcapping");
     format_text(dir, sizeof dir, "build/export/hf-gemma3-keys");
     format_text(out, sizeof out, "build/export/gemma3-keys.gguf");
-    remove(out);
-    if (make_qwen3_dir("models/arch/gemma3_f32.gguf", dir, flags, gguf, problem, sizeof problem) != 0) {
-        report(name, 0, "%s", problem);
-        return;
-    }
-    CliResult r;
-    python(&r, export_py, out, "--hf", dir, NULL);
-    int exported = r.status == 0;
-    if (!exported) report(name, 0, "export.py: %s, stderr %s", status_text(r.status, status, sizeof status),
-                          quoted(r.err.data, r.err.len, err, sizeof err));
-    cli_free(&r);
-    if (!exported) return;
+    if (export_hf_dir(name, "models/arch/gemma3_f32.gguf", dir, out, flags, gguf, problem, sizeof problem) != 0) return;
     GgufFile f;
     if (gguf_file_open(&f, out, problem, sizeof problem) != 0) { report(name, 0, "%s", problem); return; }
     int64_t got_period = -2;
@@ -9614,6 +9611,7 @@ static void test_gemma3_keys(const char *label, const char *const flags[4], int6
     format_text(ids, sizeof ids, "%s/ids.txt", case_dir);
     format_text(logits, sizeof logits, "%s/gemma3-keys.f32", tmp_dir);
     format_text(name, sizeof name, "export.py --hf: Gemma 3 with %s: ./run OUT -m logits runs", label);
+    CliResult r;
     cli(&r, out, "-m", "logits", "-f", ids, "-o", logits, NULL);
     report(name, r.status == 0 && file_exists(logits), "%s, stderr %s", status_text(r.status, status, sizeof status),
            quoted(r.err.data, r.err.len, err, sizeof err));
