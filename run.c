@@ -6537,32 +6537,36 @@ static inline __m256 packed_half_end(__m256 acc, __m256i sum, const unsigned cha
 }
 
 // Group g's rows (out[t * out_stride + r], r < n_rows) against n_t
-// (1 or PACKED_TOKENS) positions x[t * n_blocks ..]. Block by block, both
-// halves: the weights are read once, in order (one position: with the
-// lines ahead requested, as the VNNI kernels do).
+// (1 or PACKED_TOKENS) positions x[t * n_blocks ..]. Block by block, so the
+// weights are read once, in order (one position: with the lines ahead
+// requested, as the VNNI kernels do). One position takes both halves in
+// one pass; a tile takes one half a pass, so that its sums stay in
+// registers.
 static inline __attribute__((always_inline)) void packed_tile_as(float *out, size_t out_stride, const Matrix *m, int g,
                                                                   const ActBlock *x, int n_t, int n_rows, int type, int mins) {
-    int n_blocks = col_blocks(m);
+    int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : 1;
     size_t quant_bytes = packed_layout(type)->quant_bytes, meta_bytes = packed_layout(type)->meta_bytes;
-    const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks), *meta = packed_meta(m, (size_t)g * n_blocks);
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(type); // generation asks for lines this far ahead (0: none)
-    __m256 acc[2][PACKED_TOKENS];
-    for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-    for (int b = 0; b < n_blocks; b++, quants += quant_bytes, meta += meta_bytes) {
-        if (n_t == 1) prefetch_ahead(quants, end, quant_bytes, far);
-        for (int h = 0; h < 2; h++) {
-            __m256i sum[PACKED_TOKENS];
-            packed_half_sums(sum, quants, h, x + b, (size_t)n_blocks, n_t, type);
-            for (int t = 0; t < n_t; t++) acc[h][t] = packed_half_end(acc[h][t], sum[t], meta, h, x + (size_t)t * n_blocks + b, mins, type);
+    float rows[PACKED_TOKENS][GROUP_ROWS];
+    for (int h0 = 0; h0 < 2; h0 += n_h) {
+        const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks), *meta = packed_meta(m, (size_t)g * n_blocks);
+        __m256 acc[2][PACKED_TOKENS]; // [s][t]: half h0 + s
+        for (int s = 0; s < n_h; s++)
+            for (int t = 0; t < n_t; t++) acc[s][t] = _mm256_setzero_ps();
+        for (int b = 0; b < n_blocks; b++, quants += quant_bytes, meta += meta_bytes) {
+            if (n_t == 1) prefetch_ahead(quants, end, quant_bytes, far);
+            for (int s = 0; s < n_h; s++) {
+                __m256i sum[PACKED_TOKENS];
+                packed_half_sums(sum, quants, h0 + s, x + b, (size_t)n_blocks, n_t, type);
+                for (int t = 0; t < n_t; t++)
+                    acc[s][t] = packed_half_end(acc[s][t], sum[t], meta, h0 + s, x + (size_t)t * n_blocks + b, mins, type);
+            }
         }
+        for (int s = 0; s < n_h; s++)
+            for (int t = 0; t < n_t; t++) _mm256_storeu_ps(rows[t] + 8 * (h0 + s), acc[s][t]);
     }
-    for (int t = 0; t < n_t; t++) {
-        float rows[GROUP_ROWS];
-        _mm256_storeu_ps(rows, acc[0][t]);
-        _mm256_storeu_ps(rows + 8, acc[1][t]);
-        memcpy(out + (size_t)t * out_stride, rows, (size_t)n_rows * sizeof(float));
-    }
+    for (int t = 0; t < n_t; t++) memcpy(out + (size_t)t * out_stride, rows[t], (size_t)n_rows * sizeof(float));
 }
 
 // packed_tile_as compiled for each type (a constant once inlined), for
@@ -7264,9 +7268,9 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    and sub-block, the products of k_int16_run chunks add up in int16, and
    madd with the row's scale in both halves of its 32-bit lane multiplies
    and widens them at once: sumi collects sc_j * (sum of q * x). The
-   offset's part, sc_j * xsum_j, or the mins' m_j * xsum_j, is one exact
-   16-bit madd per sub-block (xsum is at most 32 * 128), and sumi less
-   offset times that is the plain twin's integer. IQ4_XS multiplies its
+   offset's part, sc_j * xsum_j, or the mins' m_j * xsum_j, takes one exact
+   16-bit madd per two of x's sums over 16 values (bsums, at most 16 * 128),
+   and sumi less offset times that is the plain twin's integer. IQ4_XS multiplies its
    table's signed values as |w| times x with w's sign, as Q8_0 and IQ4_NL
    do (at most 2 * 127 * 127 a pair). AVX-VNNI builds take VNNI steps in
    prefill tiles only (packed_k_sums_vnni: each sub-block's sum in int32,
@@ -7319,21 +7323,39 @@ static inline __attribute__((always_inline)) __m256i packed_k_chunk8(const unsig
     return q;
 }
 
-// extra[t] += the rows' coefficient times x's sum over sub-block j, for
-// the n_t positions x[t * x_stride]: sc_j (types with an offset) or m_j
-// (types with mins), from the bytes of rows 8h..8h+7 (sc, m as
-// packed_k_scales gives them, shifted to that half). One exact 16-bit madd:
-// xsum is at most 32 * 128.
-static inline __attribute__((always_inline)) void packed_k_add_extra(__m256i *extra, __m128i sc, __m128i m, const BlockQ8_K *x,
-                                                                      size_t x_stride, int n_t, int j, PackedLayout f) {
-    int len = QK_K / f.n_subs;
-    __m256i coef = f.mins ? _mm256_cvtepu8_epi32(m) // the low half of each lane, the high half zero
-                          : _mm256_and_si256(_mm256_cvtepi8_epi32(sc), _mm256_set1_epi32(0xFFFF));
+// extra[t] += each row's coefficients (sc_j for types with an offset, m_j
+// for types with mins; from the bytes of rows 8h..8h+7) times x's sums,
+// for the n_t positions x[t * x_stride]. x's sums come in 16s (bsums): one
+// exact 16-bit madd takes sums first and first + 1, read as one int32,
+// against the rows' coefficients a and b for them: sub-block j's twice
+// (32 values), or j-1's and j's (16 values).
+static inline __attribute__((always_inline)) void packed_k_add_extra(__m256i *extra, __m128i a, __m128i b, const BlockQ8_K *x,
+                                                                      size_t x_stride, int n_t, int first) {
+    __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)); // row r's a and b at int16 2r and 2r+1
     for (int t = 0; t < n_t; t++) {
         const BlockQ8_K *xt = x + (size_t)t * x_stride;
-        int xsum = xt->bsums[len * j / 16] + (len == 32 ? xt->bsums[len * j / 16 + 1] : 0);
-        extra[t] = _mm256_add_epi32(extra[t], _mm256_madd_epi16(coef, _mm256_set1_epi32(xsum)));
+        extra[t] = _mm256_add_epi32(extra[t], _mm256_madd_epi16(pairs, _mm256_set1_epi32(read_i32((const unsigned char *)(xt->bsums + first)))));
     }
+}
+
+// The bytes of half h's rows (8h..8h+7) of the 16 in v, at its bottom.
+static inline __m128i half_bytes(__m128i v, int h) { return h ? _mm_srli_si128(v, 8) : v; }
+
+// packed_k_add_extra for sub-block j: its coefficients for the 16 rows
+// (sc, m) paired with its own (32 values) or, at odd j, with sub-block j-1's
+// read again (16 values; at even j nothing is added).
+static inline __attribute__((always_inline)) void packed_k_extra_for(__m256i *extra, __m128i sc, __m128i m, const unsigned char *meta,
+                                                                      int h, const BlockQ8_K *x, size_t x_stride, int n_t, int j,
+                                                                      PackedLayout f) {
+    __m128i b = half_bytes(f.mins ? m : sc, h);
+    if (QK_K / f.n_subs == 32) {
+        packed_k_add_extra(extra, b, b, x, x_stride, n_t, 2 * j);
+        return;
+    }
+    if (j % 2 == 0) return;
+    __m128i sc_before, m_before;
+    packed_k_scales(&sc_before, &m_before, meta, j - 1, f);
+    packed_k_add_extra(extra, half_bytes(f.mins ? m_before : sc_before, h), b, x, x_stride, n_t, j - 1);
 }
 
 #if HAVE_AVX_VNNI
@@ -7351,7 +7373,6 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
     for (int j = 0; j < f.n_subs; j++) {
         __m128i sc_bytes, m_bytes;
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
-        if (h) sc_bytes = _mm_srli_si128(sc_bytes, 8), m_bytes = _mm_srli_si128(m_bytes, 8);
         __m256i sub[PACKED_TOKENS];
         for (int t = 0; t < PACKED_TOKENS; t++) sub[t] = _mm256_setzero_si256();
         #pragma GCC unroll 8
@@ -7361,9 +7382,9 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
             for (int t = 0; t < PACKED_TOKENS; t++)
                 sub[t] = _mm256_dpbusd_avx_epi32(sub[t], w, _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i)));
         }
-        __m256i sc = _mm256_cvtepi8_epi32(sc_bytes);
+        __m256i sc = _mm256_cvtepi8_epi32(half_bytes(sc_bytes, h));
         for (int t = 0; t < PACKED_TOKENS; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(sub[t], sc));
-        if (f.offset || f.mins) packed_k_add_extra(extra, sc_bytes, m_bytes, x, x_stride, PACKED_TOKENS, j, f);
+        if (f.offset || f.mins) packed_k_extra_for(extra, sc_bytes, m_bytes, meta, h, x, x_stride, PACKED_TOKENS, j, f);
     }
     for (int t = 0; t < PACKED_TOKENS; t++) {
         if (f.offset) sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_mullo_epi32(extra[t], _mm256_set1_epi32(f.offset)));
@@ -7372,47 +7393,45 @@ static inline __attribute__((always_inline)) void packed_k_sums_vnni(__m256i *su
 }
 #endif
 
-// sumi[h][t] and summ[h][t] of one super-block (quants, meta), rows
-// 8h..8h+7 for the n_h halves h0.., for the n_t positions x[t * x_stride].
-// Each sub-block's scales are unpacked once for the halves taken together.
-// far: how far ahead to ask for the lines meanwhile (prefetch_share), 0:
-// not at all.
+// sumi[s][t] and summ[s][t] of one super-block (quants, meta), rows
+// 8h..8h+7 of half h = h0 + s for the n_h halves from h0, for the n_t
+// positions x[t * x_stride]. Each sub-block's scales are unpacked once for
+// the halves taken together. far: how far ahead to ask for the lines
+// meanwhile (prefetch_share), 0: not at all.
 static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][PACKED_TOKENS], __m256i summ[2][PACKED_TOKENS],
                                                                  const unsigned char *quants, const unsigned char *meta, int h0, int n_h,
                                                                  const BlockQ8_K *x, size_t x_stride, int n_t, size_t far, PackedLayout f) {
     int len = QK_K / f.n_subs, n_chunks = len / 4, run = k_int16_run(f), offset = f.lookup ? 0 : f.offset;
     __m256i part[2][PACKED_TOKENS], extra[2][PACKED_TOKENS]; // int16 runs; sum of sc_j (or m_j) * xsum_j
-    for (int h = h0; h < h0 + n_h; h++)
-        for (int t = 0; t < n_t; t++) sumi[h][t] = extra[h][t] = _mm256_setzero_si256();
+    for (int s = 0; s < n_h; s++)
+        for (int t = 0; t < n_t; t++) sumi[s][t] = extra[s][t] = _mm256_setzero_si256();
     #pragma GCC unroll 16
     for (int j = 0; j < f.n_subs; j++) { // unrolled: each chunk's shifts become constants
         if (far) prefetch_share(quants, far, k_lines(f), j, f.n_subs);
         __m128i sc_bytes, m_bytes; // the 16 rows'
         packed_k_scales(&sc_bytes, &m_bytes, meta, j, f);
         __m256i sc_pairs[2]; // row 8h + r's scale at int16 2r and 2r+1
-        for (int h = h0; h < h0 + n_h; h++) {
-            __m128i sc_half = h ? _mm_srli_si128(sc_bytes, 8) : sc_bytes;
-            sc_pairs[h] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc_half, sc_half));
+        for (int s = 0; s < n_h; s++) {
+            __m128i sc_half = half_bytes(sc_bytes, h0 + s);
+            sc_pairs[s] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sc_half, sc_half));
         }
         #pragma GCC unroll 8
         for (int i = 0; i < n_chunks; i++)
-            for (int h = h0; h < h0 + n_h; h++) {
-                __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h, f), abs_w = f.lookup ? _mm256_sign_epi8(w, w) : w;
+            for (int s = 0; s < n_h; s++) {
+                __m256i w = packed_k_chunk8(quants, n_chunks * j + i, h0 + s, f), abs_w = f.lookup ? _mm256_sign_epi8(w, w) : w;
                 for (int t = 0; t < n_t; t++) {
                     __m256i xi = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i));
                     __m256i products = _mm256_maddubs_epi16(abs_w, f.lookup ? _mm256_sign_epi8(xi, w) : xi);
-                    part[h][t] = i % run ? _mm256_add_epi16(part[h][t], products) : products;
-                    if (i % run == run - 1) sumi[h][t] = _mm256_add_epi32(sumi[h][t], _mm256_madd_epi16(part[h][t], sc_pairs[h]));
+                    part[s][t] = i % run ? _mm256_add_epi16(part[s][t], products) : products;
+                    if (i % run == run - 1) sumi[s][t] = _mm256_add_epi32(sumi[s][t], _mm256_madd_epi16(part[s][t], sc_pairs[s]));
                 }
             }
-        for (int h = h0; (offset || f.mins) && h < h0 + n_h; h++)
-            packed_k_add_extra(extra[h], h ? _mm_srli_si128(sc_bytes, 8) : sc_bytes, h ? _mm_srli_si128(m_bytes, 8) : m_bytes, x,
-                               x_stride, n_t, j, f);
+        for (int s = 0; (offset || f.mins) && s < n_h; s++) packed_k_extra_for(extra[s], sc_bytes, m_bytes, meta, h0 + s, x, x_stride, n_t, j, f);
     }
-    for (int h = h0; h < h0 + n_h; h++)
+    for (int s = 0; s < n_h; s++)
         for (int t = 0; t < n_t; t++) {
-            if (offset) sumi[h][t] = _mm256_sub_epi32(sumi[h][t], _mm256_mullo_epi32(extra[h][t], _mm256_set1_epi32(offset)));
-            summ[h][t] = extra[h][t];
+            if (offset) sumi[s][t] = _mm256_sub_epi32(sumi[s][t], _mm256_mullo_epi32(extra[s][t], _mm256_set1_epi32(offset)));
+            summ[s][t] = extra[s][t];
         }
 }
 
@@ -7420,42 +7439,42 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
 // g's rows: out[t * out_stride + r] for r < n_rows. Block by block, so the
 // weights are read once, in order (one position: the lines ahead asked
 // for a share with each sub-block, as the VNNI kernels do). One position
-// takes both halves in one pass; a tile's sums fill the registers with one.
+// takes both halves in one pass; a tile takes one half a pass, so that its
+// sums stay in registers.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
                                                                  const BlockQ8_K *x, int n_t, int n_rows, PackedLayout f) {
     int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : 1;
     size_t meta_bytes = packed_layout(m->type)->meta_bytes;
-    const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
-    __m256 acc[2][PACKED_TOKENS];
-    for (int t = 0; t < n_t; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
-    for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
-        const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks + b);
-        for (int h0 = 0; h0 < 2; h0 += n_h) {
+    float rows[PACKED_TOKENS][GROUP_ROWS];
+    for (int h0 = 0; h0 < 2; h0 += n_h) {
+        const unsigned char *meta = packed_meta(m, (size_t)g * n_blocks); // this group's, block by block
+        __m256 acc[2][PACKED_TOKENS]; // [s][t]: half h0 + s
+        for (int s = 0; s < n_h; s++)
+            for (int t = 0; t < n_t; t++) acc[s][t] = _mm256_setzero_ps();
+        for (int b = 0; b < n_blocks; b++, meta += meta_bytes) {
+            const unsigned char *quants = packed_quants(m, (size_t)g * n_blocks + b);
             __m256i sumi[2][PACKED_TOKENS], summ[2][PACKED_TOKENS];
 #if HAVE_AVX_VNNI
-            if (n_t > 1) packed_k_sums_vnni(sumi[h0], summ[h0], quants, meta, h0, x + b, (size_t)n_blocks, f);
+            if (n_t > 1) packed_k_sums_vnni(sumi[0], summ[0], quants, meta, h0, x + b, (size_t)n_blocks, f);
             else
 #endif
             packed_k_sums(sumi, summ, quants, meta, h0, n_h, x + b, (size_t)n_blocks, n_t, n_t == 1 && quants + far < end ? far : 0, f);
-            for (int h = h0; h < h0 + n_h; h++) {
-                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * h)));
-                __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * h))) : d;
+            for (int s = 0; s < n_h; s++) {
+                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 16 * (h0 + s))));
+                __m256 dmin = f.mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(meta + 32 + 16 * (h0 + s)))) : d;
                 for (int t = 0; t < n_t; t++) {
                     __m256 xd = _mm256_set1_ps(x[(size_t)t * n_blocks + b].d);
-                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h][t]), _mm256_mul_ps(d, xd), acc[h][t]);
-                    if (f.mins) acc[h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[h][t]), _mm256_mul_ps(dmin, xd), acc[h][t]);
+                    acc[s][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[s][t]), _mm256_mul_ps(d, xd), acc[s][t]);
+                    if (f.mins) acc[s][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[s][t]), _mm256_mul_ps(dmin, xd), acc[s][t]);
                 }
             }
         }
+        for (int s = 0; s < n_h; s++)
+            for (int t = 0; t < n_t; t++) _mm256_storeu_ps(rows[t] + 8 * (h0 + s), acc[s][t]);
     }
-    for (int t = 0; t < n_t; t++) {
-        float rows[GROUP_ROWS];
-        _mm256_storeu_ps(rows, acc[0][t]);
-        _mm256_storeu_ps(rows + 8, acc[1][t]);
-        memcpy(out + (size_t)t * out_stride, rows, (size_t)n_rows * sizeof(float));
-    }
+    for (int t = 0; t < n_t; t++) memcpy(out + (size_t)t * out_stride, rows[t], (size_t)n_rows * sizeof(float));
 }
 #endif
 
