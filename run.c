@@ -10284,9 +10284,10 @@ int quantize_gguf(const Transformer *t, const Tokenizer *tk, const char *in_path
 /* ----------------------------------------------------------------------------
    Benchmark (-m bench): prompt processing and generation speed, and next to
    them the machine's own ceilings measured with the same threads: read
-   bandwidth (the best of 3 passes summing a 1 GiB array) and fp32 FMA
-   throughput (independent multiply-add chains). The machine may be
-   shared, so each of BENCH_RUNS rounds measures both ceilings right before
+   bandwidth (the best of 3 passes summing a 1 GiB array), fp32 FMA
+   throughput (independent multiply-add chains) and, for quantized weights
+   in builds with the packed kernels, int8 multiply-add throughput. The
+   machine may be shared, so each of BENCH_RUNS rounds measures the ceilings right before
    the model runs, and every figure is a median over the rounds. Then, for F32 weights, the same runs
    with the plain kernels (the "before"). */
 
@@ -10411,6 +10412,49 @@ static float fma_chains(long iters, float seed) {
 }
 #endif
 
+/* The int8 ceiling, for the packed integer kernels: INT8_CHAINS chains of
+   the 8-bit multiply those kernels take, VNNI's dpbusd (four byte products
+   summed into each int32) or, without VNNI, maddubs (two summed into each
+   int16, which saturate here: the time is what counts). Each step
+   multiplies the chain's own value, so that no product is loop-invariant,
+   and the chains are summed with adds at the end. 0 products: no packed
+   kernels in this build. */
+
+#if HAVE_AVX512_VNNI
+#define INT8_PRODUCTS 64 // byte products per step of one chain
+#define INT8_CHAINS 12
+static int int8_chains(long iters, int seed) {
+    __m512i a[INT8_CHAINS], s = _mm512_set1_epi8((char)seed), sum = _mm512_setzero_si512();
+    for (int i = 0; i < INT8_CHAINS; i++) a[i] = _mm512_set1_epi32(i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < INT8_CHAINS; i++) a[i] = _mm512_dpbusd_epi32(a[i], a[i], s);
+    for (int i = 0; i < INT8_CHAINS; i++) sum = _mm512_add_epi32(sum, a[i]);
+    return _mm512_reduce_add_epi32(sum);
+}
+
+#elif HAVE_AVX2
+#define INT8_PRODUCTS 32
+#define INT8_CHAINS (HAVE_AVX_VNNI ? 12 : 8) // maddubs: its latency times its units
+static int int8_chains(long iters, int seed) {
+    __m256i a[INT8_CHAINS], s = _mm256_set1_epi8((char)seed), sum = _mm256_setzero_si256();
+    for (int i = 0; i < INT8_CHAINS; i++) a[i] = _mm256_set1_epi32(i);
+    for (long k = 0; k < iters; k++)
+        for (int i = 0; i < INT8_CHAINS; i++)
+#if HAVE_AVX_VNNI
+            a[i] = _mm256_dpbusd_avx_epi32(a[i], a[i], s);
+#else
+            a[i] = _mm256_maddubs_epi16(a[i], s);
+#endif
+    for (int i = 0; i < INT8_CHAINS; i++) sum = _mm256_add_epi32(sum, a[i]);
+    return _mm256_extract_epi32(sum, 0);
+}
+
+#else
+#define INT8_PRODUCTS 0
+#define INT8_CHAINS 0
+static int int8_chains(long iters, int seed) { return (int)iters + seed; }
+#endif
+
 // fp32 FMA throughput in GFLOP/s: each thread runs FMA_CHAINS chains of
 // SIMD_FLOATS-wide multiply-adds (2 flops per lane).
 static double fma_peak(void) {
@@ -10422,6 +10466,20 @@ static double fma_peak(void) {
     double seconds = now_seconds() - start;
     bench_sink += sum;
     return 2.0 * FMA_CHAINS * SIMD_FLOATS * (double)iters * threads_available() / seconds / 1e9;
+}
+
+// int8 multiply-add throughput in GOP/s (2 ops a product), or 0 where
+// this build has no packed integer kernels.
+static double int8_peak(void) {
+    if (INT8_PRODUCTS == 0) return 0.0;
+    long iters = 10000000;
+    int sum = 0;
+    double start = now_seconds();
+    #pragma omp parallel reduction(+ : sum)
+    sum += int8_chains(iters, 3);
+    double seconds = now_seconds() - start;
+    bench_sink += (float)sum;
+    return 2.0 * INT8_CHAINS * INT8_PRODUCTS * (double)iters * threads_available() / seconds / 1e9;
 }
 
 // Bytes of the layers' matrices plus the classifier: what a generated token reads.
@@ -10452,7 +10510,7 @@ static double layer_macs(const Config *c) {
            (double)c->n_experts * c->dim;
 }
 
-typedef struct { double prompt_tps, generate_tps, bandwidth, peak; } BenchRound;
+typedef struct { double prompt_tps, generate_tps, bandwidth, peak, int8_peak; } BenchRound;
 
 // Seconds of CPU time every core has spent busy since boot (Linux's
 // /proc/stat: user, nice, system, irq, softirq, and steal: time the
@@ -10499,15 +10557,15 @@ static void bench_model(Transformer *t, const int *prompt, int n_prompt, int n_g
 
 // Medians over BENCH_RUNS rounds; the ceilings too when array is given.
 static BenchRound bench_rounds(Transformer *t, const int *prompt, int n_prompt, int n_generate, const uint64_t *array) {
-    double p[BENCH_RUNS], g[BENCH_RUNS], b[BENCH_RUNS], f[BENCH_RUNS];
+    double p[BENCH_RUNS], g[BENCH_RUNS], b[BENCH_RUNS], f[BENCH_RUNS], i8[BENCH_RUNS];
     for (int run = 0; run < BENCH_RUNS; run++) {
         BenchRound r = {0};
-        if (array) { r.bandwidth = read_bandwidth(array); r.peak = fma_peak(); }
+        if (array) { r.bandwidth = read_bandwidth(array); r.peak = fma_peak(); r.int8_peak = int8_peak(); }
         bench_model(t, prompt, n_prompt, n_generate, &r);
-        p[run] = r.prompt_tps, g[run] = r.generate_tps, b[run] = r.bandwidth, f[run] = r.peak;
+        p[run] = r.prompt_tps, g[run] = r.generate_tps, b[run] = r.bandwidth, f[run] = r.peak, i8[run] = r.int8_peak;
     }
     return (BenchRound){.prompt_tps = median(p, BENCH_RUNS), .generate_tps = median(g, BENCH_RUNS),
-                        .bandwidth = median(b, BENCH_RUNS), .peak = median(f, BENCH_RUNS)};
+                        .bandwidth = median(b, BENCH_RUNS), .peak = median(f, BENCH_RUNS), .int8_peak = median(i8, BENCH_RUNS)};
 }
 
 int bench_mode(Transformer *t, const char *path) {
@@ -10579,9 +10637,16 @@ int bench_mode(Transformer *t, const char *path) {
     printf("%s: %s, KV cache %s, %.1f MB read per generated token, %d thread%s, %s kernels, medians of %d runs\n", name,
            type_name((uint32_t)c->weight_type), t->state.key_cache ? "F32" : "F16", (weights + kv_read) / 1e6,
            threads_available(), threads_available() == 1 ? "" : "s", SIMD_NAME, BENCH_RUNS);
-    printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s\n", fast.bandwidth, fast.peak);
-    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s\n", n_prompt, fast.prompt_tps,
-           prompt_gflops, 100 * prompt_gflops / fast.peak, plain_prompt);
+    // quantized layers multiply 8-bit integers (the packed kernels): their ceiling is int8's
+    int integer = layer_matrix(&t->weights.layers[0], 0)->kernel == KERNEL_PACKED && fast.int8_peak > 0;
+    char int8_cells[2][64] = {"", ""};
+    if (integer) {
+        snprintf(int8_cells[0], sizeof int8_cells[0], ", int8 peak %.1f GOP/s", fast.int8_peak);
+        snprintf(int8_cells[1], sizeof int8_cells[1], " and %.0f%% of int8 peak", 100 * prompt_gflops / fast.int8_peak);
+    }
+    printf("  ceilings: read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s%s\n", fast.bandwidth, fast.peak, int8_cells[0]);
+    printf("  prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.0f%% of FMA peak%s%s\n", n_prompt, fast.prompt_tps,
+           prompt_gflops, 100 * prompt_gflops / fast.peak, int8_cells[1], plain_prompt);
     printf("  generate %d tokens: %.1f tok/s, %.1f GB/s = %s%s\n", n_generate, fast.generate_tps, gen_gbs, share,
            plain_generate);
     printf("  peak RSS %.0f MB; load average %.2f before, %.2f after\n", rss_mb, load_before, load_average());
