@@ -1926,11 +1926,11 @@ static void test_small_twins(void) {
 // and the scores, one dot_f32 per key. The same for the fp16 cache: its
 // values' sum bit for bit, its scores score_f16 per key.
 static void test_attention_twins(void) {
-    enum { MAX_HS = 200, MAX_N = 37, STRIDE = 211 };
+    enum { MAX_HS = 256, MAX_N = 37, STRIDE = 263 };
     uint64_t rng = 41;
     static float v[MAX_N * STRIDE], att[MAX_N], q[MAX_HS], fast[MAX_HS], plain[MAX_HS];
     static uint16_t v16[MAX_N * STRIDE];
-    int sizes[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 48, 64, 80, 96, 100, 128, 200}, checked = 0, bad = 0;
+    int sizes[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 48, 64, 80, 96, 100, 128, 200, 256}, checked = 0, bad = 0;
     random_floats(&rng, v, MAX_N * STRIDE);
     random_floats(&rng, q, MAX_HS);
     f32_to_f16_row_plain(v16, v, MAX_N * STRIDE);
@@ -1963,7 +1963,7 @@ static void test_attention_twins(void) {
             checked++;
         }
     report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores == dot_f32 per key (fp16 cache: score_f16)",
-           bad == 0 && checked == 16 * 4, "%d of %d cases off", bad, checked);
+           bad == 0 && checked == (int)(sizeof sizes / sizeof sizes[0]) * 4, "%d of %d cases off", bad, checked);
 }
 
 // attention_layer takes the query heads of a kv head together, a block of
