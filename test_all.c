@@ -3294,6 +3294,7 @@ static void test_e8m0_scales(void) {
         for (int k = 0; k < 16 && i + k < 255; k++, checked++) off += memcmp(&got[k], &(float){mxfp4_half_scale(e[i + k])}, 4) != 0;
     }
 #endif
+    (void)e; // read only by the SIMD conversions
     if (checked == 0) { skip("kernels: SIMD E8M0 scales == mxfp4_half_scale", "no x86 SIMD E8M0 conversion in this build"); return; }
     report("kernels: SIMD E8M0 scales == mxfp4_half_scale for every byte 0-254, bit for bit", off == 0, "%d checked, %d off", checked, off);
 }
