@@ -132,7 +132,7 @@ typedef struct {
     int rows, cols;
     int kernel;                  // KERNEL_*: KERNEL_ROWS works for any type
     const unsigned char *packed; // KERNEL_PACKED: the same weights interleaved for the
-                                 // integer kernels (see pack_matrix), else NULL
+                                 // integer kernels (see pack_groups), else NULL
 } Matrix;
 
 typedef struct {
@@ -5187,9 +5187,17 @@ static int64_t mxfp4_nan_block(const void *data, uint64_t n_blocks) {
     return -1;
 }
 
+static void dequantize_packed_row(float *out, const Matrix *m, int i);
+
 // Row i of a matrix as floats, for any weight type; a partial last block
-// is decoded whole and cut.
+// is decoded whole and cut. A packed matrix is read from its packed copy
+// (the same values): reading the mapped original would bring back the
+// pages packing gave back, for a tied embedding whole 2 MB pages a token.
 static void dequantize_row(float *out, const Matrix *m, int i) {
+    if (m->packed) {
+        dequantize_packed_row(out, m, i);
+        return;
+    }
     const TypeTraits *tt = &type_traits[m->type];
     const unsigned char *row = (const unsigned char *)m->data + (size_t)i * type_row_bytes(m->type, m->cols);
     int whole = m->cols / tt->block_size * tt->block_size;
@@ -6099,15 +6107,16 @@ static void pack_row32(unsigned char *quants, unsigned char *meta, int r, const 
 static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block, int type);
 
 // dst (packed_size bytes, 64-byte aligned) = m's weights in the packed
-// layout, row by row of each (g, b): pack_row32, or the K-quants' pack_k_row.
-static void pack_matrix(unsigned char *dst, const Matrix *m) {
+// layout, groups of rows g0..g1-1 (all: 0..row_groups), row by row of each
+// (g, b): pack_row32, or the K-quants' pack_k_row.
+static void pack_groups(unsigned char *dst, const Matrix *m, int g0, int g1) {
     const TypeTraits *tt = &type_traits[m->type];
     int n_groups = row_groups(m), n_blocks = col_blocks(m), k_quant = tt->act_type == TYPE_Q8_K;
     size_t row_bytes = type_row_bytes(m->type, m->cols);
     unsigned char *meta = dst + (size_t)n_groups * n_blocks * tt->packed->quant_bytes;
     int g;
     #pragma omp parallel for private(g) schedule(static)
-    for (g = 0; g < n_groups; g++)
+    for (g = g0; g < g1; g++)
         for (int b = 0; b < n_blocks; b++) {
             size_t gb = (size_t)g * n_blocks + b;
             for (int r = 0; r < GROUP_ROWS; r++) {
@@ -6881,6 +6890,47 @@ static int packed_k_value(const unsigned char *quants, int r, int k, PackedLayou
     }
     if (f.planes & 1) q |= ((quants[plane_start(f, 1) + 64 * (c % 8) + 4 * r + i] >> (c / 8)) & 1) << bits;
     return f.lookup ? iq4nl_values[q] + 128 : q;
+}
+
+// Row r's values of block gb of a packed matrix, as floats: the values the
+// type's dequantize gives, with the same float operations (the kernels
+// tests check every type with a layout).
+static void dequantize_packed_block(float *out, const Matrix *m, size_t gb, int r) {
+    const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
+    PackedLayout f = *packed_layout(m->type);
+    uint16_t d, dmin = 0;
+    if (type_traits[m->type].block_size == QK) {
+        float scale = packed_row_scale(meta, r, m->type), min = 0.0f;
+        if (f.mins) memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2), min = f16_to_f32(dmin);
+        for (int k = 0; k < QK; k++) {
+            float value = scale * (packed_value(quants, r, k, m->type) - f.offset);
+            out[k] = f.mins ? value + min : value;
+        }
+        return;
+    }
+    memcpy(&d, meta + 2 * r, 2);
+    if (f.mins) memcpy(&dmin, meta + 32 + 2 * r, 2);
+    int sub = QK_K / f.n_subs;
+    for (int j = 0; j < f.n_subs; j++) {
+        int sc, mj;
+        packed_k_scale(meta, j, r, f, &sc, &mj);
+        float dl = f16_to_f32(d) * sc, ml = f16_to_f32(dmin) * mj;
+        for (int k = j * sub; k < (j + 1) * sub; k++) {
+            float value = dl * (packed_k_value(quants, r, k, f) - f.offset);
+            out[k] = f.mins ? value - ml : value;
+        }
+    }
+}
+
+// Row i of a packed matrix as floats, from the packed copy alone.
+static void dequantize_packed_row(float *out, const Matrix *m, int i) {
+    int block = type_traits[m->type].block_size, n_blocks = col_blocks(m);
+    float values[MAX_BLOCK];
+    for (int b = 0; b < n_blocks; b++) {
+        dequantize_packed_block(values, m, (size_t)(i / GROUP_ROWS) * n_blocks + b, i % GROUP_ROWS);
+        int len = m->cols - b * block < block ? m->cols - b * block : block;
+        memcpy(out + (size_t)b * block, values, (size_t)len * sizeof(float));
+    }
 }
 
 // 16 rows of group g against one position x (Q8_K, col_blocks blocks): out[r].
@@ -7958,17 +8008,112 @@ static void progress_show(Progress *p, const char *what, size_t done, size_t tot
     fflush(p->out);
 }
 
-// Sets every matrix's kernel, and packs those whose kernel reads the
-// packed layout (pack_matrix) into one allocation; the copy replaces the
-// mapped original in memory.
 // The matrices choose_kernels sets up: the model's, then every expert's.
+static int kernel_matrix_count(const Transformer *t) {
+    return LAYER_MATRICES * t->config.n_layers + 1 + t->config.n_layers * t->config.n_experts * 3;
+}
 static Matrix *kernel_matrix(Transformer *t, int i) {
     int n_model = LAYER_MATRICES * t->config.n_layers + 1;
     return i < n_model ? model_matrix(&t->weights, t->config.n_layers, i) : &t->weights.experts[i - n_model];
 }
 
+// Gives back the mapped file's pages from the 2 MB folio that holds start
+// to the one that holds end (through_end), or to the last folio boundary
+// before end (the rest is still to be read): Linux maps a file's large
+// folio whole when any byte of it is read.
+static void give_back_folios(const Transformer *t, uintptr_t start, uintptr_t end, int through_end) {
+    uintptr_t folio = (uintptr_t)2 << 20, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = (uintptr_t)t->map, last = ((uintptr_t)t->map + t->map_size + page - 1) / page * page;
+    start = start / folio * folio;
+    end = through_end ? (end + folio - 1) / folio * folio : end / folio * folio;
+    start = start > first ? start : first;
+    end = end < last ? end : last;
+    if (end > start) give_back_pages((void *)start, end - start);
+}
+
+static size_t bytes_of(const Matrix *m) { return (size_t)m->rows * type_row_bytes(m->type, m->cols); }
+
+#if HAVE_LINUX
+// Bytes [start, end) of the mapped file, and whether they are packed.
+typedef struct { uintptr_t start, end; int packed; } MapRange;
+
+static int range_order(const void *a, const void *b) {
+    uintptr_t x = ((const MapRange *)a)->start, y = ((const MapRange *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+// Pages [p, p + bytes) of the mapped file become an anonymous copy at the
+// same addresses, read-only as before.
+static int copy_to_anonymous(unsigned char *p, size_t bytes) {
+    size_t chunk = (size_t)2 << 20;
+    unsigned char *copy = malloc(bytes < chunk ? bytes : chunk);
+    if (!copy) return -1;
+    for (size_t at = 0; at < bytes; at += chunk) {
+        size_t n = bytes - at < chunk ? bytes - at : chunk;
+        memcpy(copy, p + at, n);
+        if (mmap(p + at, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+            free(copy);
+            return -1;
+        }
+        memcpy(p + at, copy, n);
+        mprotect(p + at, n, PROT_READ);
+    }
+    free(copy);
+    return 0;
+}
+
+// Linux maps a whole large folio of a file (up to 2 MB) on a read fault, so
+// reading a norm that sits between two packed matrices would bring back
+// pages of both that packing gave back: for a small model, a third of its
+// size again. So after packing, everything the forward still reads from
+// the file (the header, vectors, matrices without a packed copy) becomes an
+// anonymous copy at the same addresses, and the packed originals' pages are
+// given back once more; the forward then never touches their folios. (An
+// untied embedding stays mapped: its rows are read as the prompt needs
+// them.)
+static int keep_reads_apart(Transformer *t, int n_matrices) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0, kept = 0;
+    MapRange *ranges = malloc((size_t)(n_matrices + 1) * sizeof(MapRange));
+    if (!ranges) return -1;
+    for (int i = 0; i < n_matrices; i++) {
+        Matrix *m = kernel_matrix(t, i);
+        if (m->packed) ranges[n++] = (MapRange){(uintptr_t)m->data, (uintptr_t)m->data + bytes_of(m), 1};
+    }
+    const Matrix *embedding = &t->weights.token_embedding;
+    if (!t->config.shared_classifier)
+        ranges[n++] = (MapRange){(uintptr_t)embedding->data, (uintptr_t)embedding->data + bytes_of(embedding), 0};
+    qsort(ranges, n, sizeof(MapRange), range_order);
+    // ranges of one kind less than 64 bytes apart are one (GGUF pads tensors
+    // to 32 bytes; the experts' slabs of one tensor touch), cut to whole pages
+    for (size_t i = 0; i < n;) {
+        MapRange r = ranges[i];
+        for (i++; i < n && ranges[i].packed == r.packed && ranges[i].start < r.end + 64; i++)
+            r.end = ranges[i].end > r.end ? ranges[i].end : r.end;
+        r.start = (r.start + page - 1) / page * page, r.end = r.end / page * page;
+        if (r.start < r.end) ranges[kept++] = r;
+    }
+    // every copy first (reading the pages between maps the folios around them), then every give-back
+    uintptr_t from = (uintptr_t)t->map, end = ((uintptr_t)t->map + t->map_size + page - 1) / page * page;
+    int err = 0;
+    for (size_t i = 0; i <= kept && !err; i++) {
+        uintptr_t to = i < kept ? ranges[i].start : end;
+        if (to > from) err = copy_to_anonymous((unsigned char *)from, to - from);
+        if (i < kept && ranges[i].end > from) from = ranges[i].end;
+    }
+    for (size_t i = 0; i < kept && !err; i++)
+        if (ranges[i].packed) give_back_pages((void *)ranges[i].start, ranges[i].end - ranges[i].start);
+    free(ranges);
+    return err;
+}
+#else
+static int keep_reads_apart(Transformer *t, int n_matrices) { (void)t, (void)n_matrices; return 0; }
+#endif
+
+// Sets every matrix's kernel, and packs those whose kernel reads the
+// packed layout (pack_groups) into one allocation; the copy replaces the
+// mapped original in memory.
 static int choose_kernels(Transformer *t, const char *path) {
-    int n_matrices = LAYER_MATRICES * t->config.n_layers + 1 + t->config.n_layers * t->config.n_experts * 3;
+    int n_matrices = kernel_matrix_count(t);
     size_t total = 0;
     for (int i = 0; i < n_matrices; i++) {
         Matrix *m = kernel_matrix(t, i);
@@ -7985,7 +8130,7 @@ static int choose_kernels(Transformer *t, const char *path) {
         return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
     }
     ask_huge_pages(t->packed, total); // a hint: without it, 4 KB pages
-    size_t at = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t at = 0;
     Progress progress = progress_start(stderr);
     char what[600];
     snprintf(what, sizeof what, "loading %s", path);
@@ -7993,13 +8138,22 @@ static int choose_kernels(Transformer *t, const char *path) {
         Matrix *m = kernel_matrix(t, i);
         if (m->kernel != KERNEL_PACKED) continue;
         m->packed = t->packed + at;
-        pack_matrix(t->packed + at, m);
+        // in slices of about 8 MB, each slice's original pages given back
+        // once it is packed: the model is never in memory twice
+        size_t row_bytes = type_row_bytes(m->type, m->cols);
+        uintptr_t rows = (uintptr_t)m->data;
+        int n_groups = row_groups(m), step = (int)(((size_t)8 << 20) / (GROUP_ROWS * row_bytes) + 1);
+        for (int g = 0; g < n_groups; g += step) {
+            int g_end = g + step < n_groups ? g + step : n_groups, row_end = g_end * GROUP_ROWS < m->rows ? g_end * GROUP_ROWS : m->rows;
+            pack_groups(t->packed + at, m, g, g_end);
+            give_back_folios(t, rows + (size_t)g * GROUP_ROWS * row_bytes, rows + (size_t)row_end * row_bytes, g_end == n_groups);
+            progress_show(&progress, what, at + packed_size(m) / n_groups * g_end, total);
+        }
         at += (packed_size(m) + 63) / 64 * 64;
-        progress_show(&progress, what, at, total);
-        // the original's pages leave memory (they stay mapped, and come back if read)
-        uintptr_t start = (uintptr_t)m->data / page * page;
-        give_back_pages((void *)start, (uintptr_t)m->data - start + (size_t)m->rows * type_row_bytes(m->type, m->cols));
     }
+    // a tied embedding's rows are looked up in the classifier's packed copy
+    if (t->config.shared_classifier) t->weights.token_embedding.packed = t->weights.wcls.packed;
+    if (keep_reads_apart(t, n_matrices) != 0) return fail("%s: out of memory while mapping its weights", path);
     return 0;
 }
 

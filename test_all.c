@@ -2073,7 +2073,7 @@ static void test_dispatch_not_finite(void) {
             m.kernel = choose_kernel(m.type);
             unsigned char *packed = NULL;
             if (m.kernel == KERNEL_PACKED && posix_memalign((void **)&packed, 64, packed_size(&m)) == 0) {
-                pack_matrix(packed, &m);
+                pack_groups(packed, &m, 0, row_groups(&m));
                 m.packed = packed;
             }
             float *x = malloc((size_t)n * cols * sizeof(float)), *out = malloc((size_t)n * rows * sizeof(float));
@@ -2133,7 +2133,7 @@ static void test_exp_row(void) {
            checked, ulps, where, bad_special, bits_off);
 }
 
-/* The packed layout (pack_matrix) and its kernels. The plain group kernel
+/* The packed layout (pack_groups) and its kernels. The plain group kernel
    is held to the float reference within activation rounding; the SIMD
    kernels to the plain one bit for bit, for one position (generation) and
    for tiles of positions (prefill), with 1 and 2 threads. */
@@ -2179,30 +2179,10 @@ static Matrix random_packed(uint64_t *rng, int type, int rows, int cols) {
     Matrix m = random_matrix(rng, type, rows, cols);
     unsigned char *packed = NULL;
     if (posix_memalign((void **)&packed, 64, packed_size(&m)) != 0) return m;
-    pack_matrix(packed, &m);
+    pack_groups(packed, &m, 0, row_groups(&m));
     m.packed = packed;
     m.kernel = KERNEL_PACKED;
     return m;
-}
-
-// Value k of row r of block gb in the packed layout, dequantized with the
-// same float operations as the type's dequantize.
-static float packed_weight(const Matrix *m, size_t gb, int r, int k) {
-    const unsigned char *quants = packed_quants(m, gb), *meta = packed_meta(m, gb);
-    uint16_t d, dmin;
-    if (type_traits[m->type].block_size == QK) {
-        float value = packed_row_scale(meta, r, m->type) * (packed_value(quants, r, k, m->type) - packed_layout(m->type)->offset);
-        if (!packed_layout(m->type)->mins) return value;
-        memcpy(&dmin, meta + 2 * GROUP_ROWS + 2 * r, 2);
-        return value + f16_to_f32(dmin);
-    }
-    memcpy(&d, meta + 2 * r, 2);
-    PackedLayout f = *packed_layout(m->type);
-    int sc, mj, q = packed_k_value(quants, r, k, f);
-    packed_k_scale(meta, k / (QK_K / f.n_subs), r, f, &sc, &mj);
-    if (!f.mins) return f16_to_f32(d) * sc * (q - f.offset);
-    memcpy(&dmin, meta + 32 + 2 * r, 2);
-    return f16_to_f32(d) * sc * (q - f.offset) - f16_to_f32(dmin) * mj;
 }
 
 static void test_packed_layout(void) {
@@ -2215,14 +2195,15 @@ static void test_packed_layout(void) {
                 int rows = kernel_sizes[a], cols = kernel_sizes[b], block = type_traits[types[ty]].block_size;
                 Matrix m = random_packed(&rng, types[ty], rows, cols);
                 int n_blocks = (cols + block - 1) / block, n_groups = (rows + GROUP_ROWS - 1) / GROUP_ROWS;
-                float *row = malloc((size_t)n_blocks * block * sizeof(float));
+                float *row = malloc((size_t)n_blocks * block * sizeof(float)), got_block[MAX_BLOCK];
                 for (int g = 0; g < n_groups; g++)
                     for (int r = 0; r < GROUP_ROWS; r++) {
                         int i = g * GROUP_ROWS + r;
                         if (i < rows) // the whole row, its padded last block included
                             type_traits[m.type].dequantize(row, (const unsigned char *)m.data + (size_t)i * type_row_bytes(m.type, cols), n_blocks * block);
                         for (int j = 0; j < n_blocks * block; j++, checked++) {
-                            float got = packed_weight(&m, (size_t)g * n_blocks + j / block, r, j % block);
+                            if (j % block == 0) dequantize_packed_block(got_block, &m, (size_t)g * n_blocks + j / block, r);
+                            float got = got_block[j % block];
                             float want = i < rows ? row[j] : 0.0f; // padding rows are zeros
                             if (got != want && !bad++)
                                 format_text(where, sizeof where, "; first: %s rows %d cols %d at (%d, %d): %g, not %g",
@@ -2231,8 +2212,32 @@ static void test_packed_layout(void) {
                     }
                 free(row); free((void *)m.data); free((void *)m.packed);
             }
-    report("kernels: pack_matrix keeps every value, scale and min (every type with a layout), padded blocks as stored, zero rows past the edge",
+    report("kernels: pack_groups keeps every value, scale and min (every type with a layout), padded blocks as stored, zero rows past the edge",
            bad == 0 && n_types >= 13, "%d types, %d values, %d off%s", n_types, checked, bad, where);
+}
+
+// dequantize_row of a packed matrix, which reads the packed copy (a tied
+// embedding's lookups), == dequantize_row of its original rows.
+static void test_packed_rows(void) {
+    uint64_t rng = 5;
+    int checked = 0, bad = 0, types[TYPE_COUNT], n_types = packed_types(types, 0);
+    char where[128] = "";
+    for (int ty = 0; ty < n_types; ty++)
+        for (int a = 0; a < N_KERNEL_SIZES; a++) {
+            int rows = kernel_sizes[a], cols = kernel_sizes[N_KERNEL_SIZES - 1 - a];
+            Matrix m = random_packed(&rng, types[ty], rows, cols), original = m;
+            original.packed = NULL;
+            float *got = malloc((size_t)cols * sizeof(float)), *want = malloc((size_t)cols * sizeof(float));
+            for (int i = 0; i < rows; i++, checked++) {
+                dequantize_row(got, &m, i);
+                dequantize_row(want, &original, i);
+                if (memcmp(got, want, (size_t)cols * sizeof(float)) != 0 && !bad++)
+                    format_text(where, sizeof where, "; first: %s rows %d cols %d, row %d", type_name((uint32_t)m.type), rows, cols, i);
+            }
+            free(got); free(want); free((void *)m.data); free((void *)m.packed);
+        }
+    report("kernels: a packed matrix's rows read from the packed copy are its original rows (every type with a layout)",
+           bad == 0 && n_types >= 13 && checked > 0, "%d types, %d rows, %d off%s", n_types, checked, bad, where);
 }
 
 // quantize_act (SIMD where built) == quantize_act_plain.
@@ -2539,7 +2544,7 @@ static void test_packed_extremes(void) {
                     w[i][j] = high ? highs[ty] : lows[ty];
                     set_block_value(data + (size_t)i * row_bytes, types[ty], j / QK, j % QK, w[i][j]);
                 }
-            pack_matrix(packed, &m);
+            pack_groups(packed, &m, 0, row_groups(&m));
             m.packed = packed;
             float got[ROWS];
             for (int plain = 0; plain < 2; plain++) {
@@ -2691,7 +2696,7 @@ static void test_packed_k_extremes(void) {
                     x[t][k] = t == 0 && trial % 3 != 2 ? (trial % 3 ? -127.0f : 127.0f) : (next_random(&rng) & 1 ? 127.0f : -127.0f);
                 quantize_q8_k(act[t], x[t], N); // exact: amax 127 makes the step 1
             }
-            pack_matrix(packed, &m);
+            pack_groups(packed, &m, 0, row_groups(&m));
             m.packed = packed;
             const int8_t *tiles = NULL; // the first 16 positions' quants for the AMX tiles
 #if HAVE_AMX
@@ -2732,6 +2737,42 @@ static void test_packed_k_extremes(void) {
 // file's own tensor table: every matrix but the token embedding (unless it
 // is also the classifier), each layer at its own type. A default mix gives
 // layers different types (Q4_K_M: some layers' wv and w2 are Q6_K).
+// After loading and a forward, no whole page of a packed matrix's original
+// is mapped: the packed copy replaced it in memory, and reading the norms
+// and biases beside it did not bring it back (Linux: /proc/self/pagemap).
+static void test_pages_given_back(const char *path, const char *label) {
+    char name[160];
+    format_text(name, sizeof name, "memory: after a forward no page of a packed matrix's original is mapped (%s)", label);
+#if HAVE_LINUX
+    Transformer t;
+    if (transformer_open(&t, path) != 0) { report(name, 0, "transformer_open: %s", error_message); return; }
+    int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    forward_batch(&t, tokens, 8, 0, NULL);
+    forward(&t, 9, 8);
+    FILE *pagemap = fopen("/proc/self/pagemap", "rb");
+    if (!pagemap) { transformer_close(&t); skip(name, "/proc/self/pagemap cannot be read"); return; }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    long pages = 0, mapped = 0;
+    int n_packed = 0;
+    for (int i = 0; i < kernel_matrix_count(&t); i++) {
+        const Matrix *m = kernel_matrix(&t, i);
+        if (!m->packed) continue;
+        n_packed++;
+        uintptr_t start = ((uintptr_t)m->data + page - 1) / page, end = ((uintptr_t)m->data + bytes_of(m)) / page;
+        for (uintptr_t p = start; p < end; p++, pages++) {
+            uint64_t entry = 0;
+            if (fseeko(pagemap, (off_t)(p * 8), SEEK_SET) == 0 && fread(&entry, 8, 1, pagemap) == 1) mapped += (long)(entry >> 63);
+        }
+    }
+    fclose(pagemap);
+    transformer_close(&t);
+    report(name, n_packed > 0 && pages > 0 && mapped == 0, "%d packed matrices, %ld of their %ld whole pages mapped", n_packed, mapped, pages);
+#else
+    (void)path;
+    skip(name, "Linux only");
+#endif
+}
+
 static void test_bench_weight_bytes(const char *path, const char *label) {
     char name[128];
     format_text(name, sizeof name, "bench: bytes per token = the %s file's matrices", label);
@@ -3319,6 +3360,7 @@ static void kernel_tests(void) {
     test_exp_row();
     test_packed_layout_table();
     test_packed_layout();
+    test_packed_rows();
     test_quantize_act();
     test_quantize_q8_k();
     test_quantize_q8_0();
@@ -3342,6 +3384,9 @@ static void kernel_tests(void) {
     data_path(path, "models/gguf/k256.mix_q4_k_m.gguf"); // Q4_K and Q6_K rows against many positions
     test_batched_prefill(path, "k256 Q4_K_M GGUF");
     test_bench_weight_bytes(path, "k256 Q4_K_M");
+    test_pages_given_back(path, "k256 Q4_K_M, tied embedding");
+    data_path(path, "models/arch/qwen3_q4_k_m.gguf");
+    test_pages_given_back(path, "qwen3 Q4_K_M, q/k norms");
     test_kv_f16();
     test_f16_conversions();
     test_quantize_like_llama_cpp("g128s_q8_0", TYPE_Q8_0);
