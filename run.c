@@ -5059,7 +5059,7 @@ static const PackedLayout packed_q5_1 = {.name = "q5_1x16", .quant_bytes = 16 * 
                                          .bits = 5};
 static const PackedLayout packed_iq4_nl = {.name = "iq4_nlx16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16 * 2, .offset = 128,
                                            .lookup = LOOKUP_IQ4NL, .bits = 4};
-static const PackedLayout packed_mxfp4 = {.name = "mxfp4x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16, .offset = 128,
+static const PackedLayout packed_mxfp4 = {.name = "mxfp4x16", .quant_bytes = 16 * QK / 2, .meta_bytes = 16, .offset = 12,
                                           .lookup = LOOKUP_MXFP4, .e8m0 = 1, .bits = 4};
 static const PackedLayout packed_q2_k = {.name = "q2_kx16", .quant_bytes = 16 * QK_K * 2 / 8, .meta_bytes = 16 * (2 + 2 + 16 + 16),
                                          .mins = 1, .planes = 2, .n_subs = 16};
@@ -5981,11 +5981,12 @@ static void matmat_f32(float *out, const float *x, int n, const float *w, int ro
             (Q5_0, Q5_1: 64 bytes more) bit 4 of q: bit j of byte 4r + i
             is value 4j + i's;
    and after all quants, the scales: 16 fp16 values per (g, b), one per
-   row, then (Q4_1, Q5_1) 16 fp16 mins; MXFP4's 16 floats instead (its
-   scales 2^-128..2^126 are out of fp16's range). Stored values are
-   unsigned: Q8_0 plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's and
+   row, then (Q4_1, Q5_1) 16 fp16 mins; MXFP4's 16 E8M0 bytes instead, as
+   stored (its scales 2^-128..2^126 are out of fp16's range). Stored values
+   are unsigned: Q8_0 plus 128, Q4_0 plus 8, Q5_0 plus 16, IQ4_NL's and
    MXFP4's index, turned by the kernel into iq4nl_values[index] + 128 or
-   mxfp4_values[index] + 128 (the layout's offset).
+   mxfp4_values[index] + 12 (the layout's offset: 0..24, small enough for
+   AVX2's int16 runs).
    One VNNI instruction multiplies chunk j by x's values 4j..4j+3 (the same
    four bytes in every lane) and adds into 16 int32 lanes, one per row; a
    block's sums then take one conversion and one multiply-add for all 16
@@ -6129,14 +6130,14 @@ static void pack_groups(unsigned char *dst, const Matrix *m, int g0, int g1) {
 }
 
 // Row r's value k (0..31) of block (g, b) as the kernels multiply it:
-// q plus the layout's offset (IQ4_NL, MXFP4: iq4nl_values or mxfp4_values[index] + 128).
+// q plus the layout's offset (IQ4_NL, MXFP4: iq4nl_values or mxfp4_values[index] plus it).
 static int packed_value(const unsigned char *quants, int r, int k, int type) {
     if (packed_layout(type)->bits == 8) return quants[(k / 4) * 64 + r * 4 + k % 4];
     unsigned char byte = quants[((k % 16) / 4) * 64 + r * 4 + k % 4];
     int q = k < 16 ? byte & 0xF : byte >> 4;
     if (packed_layout(type)->bits == 5) q |= ((quants[256 + r * 4 + k % 4] >> (k / 4)) & 1) << 4;
-    if (packed_layout(type)->lookup == LOOKUP_IQ4NL) return iq4nl_values[q] + 128;
-    return packed_layout(type)->lookup == LOOKUP_MXFP4 ? mxfp4_values[q] + 128 : q;
+    if (packed_layout(type)->lookup == LOOKUP_IQ4NL) return iq4nl_values[q] + packed_layout(type)->offset;
+    return packed_layout(type)->lookup == LOOKUP_MXFP4 ? mxfp4_values[q] + packed_layout(type)->offset : q;
 }
 
 // Row r's scale of a 32-value type's block, from its (g, b)'s meta: fp16,
@@ -6299,10 +6300,10 @@ static inline __m512i iq4nl_table(void) {
     return _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
 }
 
-// mxfp4_values + 128 likewise.
+// mxfp4_values plus the layout's offset (12) likewise.
 static inline __m512i mxfp4_table(void) {
     __m128i values = _mm_loadu_si128((const __m128i *)mxfp4_values);
-    return _mm512_broadcast_i32x4(_mm_xor_si128(values, _mm_set1_epi8((char)0x80)));
+    return _mm512_broadcast_i32x4(_mm_add_epi8(values, _mm_set1_epi8((char)packed_mxfp4.offset)));
 }
 
 // Block (g, b)'s quants as 8 vectors of unsigned bytes: w[j] is chunk j.
@@ -6436,12 +6437,13 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
    products into int16, saturating; madd then adds pairs of those into
    int32. So that no int16 saturates, the types stored as 4 or 5 bits sum
    a run of chunks in int16 before widening: 8 chunks of values up to 15
-   (at most 8 * 2 * 15 * 127 = 30480), 4 of values up to 31 (31496). Q8_0,
-   IQ4_NL and MXFP4, stored up to 255, are multiplied signed instead (the stored
-   value less 128) as |w| times x with w's sign: at most 2 * 128 * 127 =
-   32512, widened at once, and with nothing to subtract for the offset
-   (128 * sum(q), the bias). So the same integers as the VNNI kernels and
-   the plain twin, hence their bits. A 256-bit vector holds 8 rows of a
+   (at most 8 * 2 * 15 * 127 = 30480), 4 of values up to 31 (31496) or, for
+   MXFP4's levels plus 12, up to 24 (24384). Q8_0 and IQ4_NL, stored up to
+   255, are multiplied signed instead (the stored value less 128) as |w|
+   times x with w's sign: at most 2 * 128 * 127 = 32512, widened at once,
+   and with nothing to subtract for the offset (128 * sum(q), the bias).
+   So the same integers as the VNNI kernels and the plain twin, hence their
+   bits. A 256-bit vector holds 8 rows of a
    chunk: rows 8h..8h+7 are half h of each 64-byte chunk. With AVX-VNNI
    (Intel from Alder Lake, AMD from Zen 5) one instruction multiplies and
    adds into int32, as the 512-bit VNNI kernels do: every type's stored
@@ -6451,8 +6453,8 @@ static void packed_group(float *out, size_t out_stride, const Matrix *m, int g, 
 // sums and int16 runs, with the chunk and x, fill the 16 registers.
 #define PACKED_TOKENS 2
 
-// Q8_0, IQ4_NL and MXFP4 without AVX-VNNI: the values multiplied signed (see above).
-static int packed_signed(int type) { return !HAVE_AVX_VNNI && (packed_layout(type)->bits == 8 || packed_layout(type)->lookup != LOOKUP_NONE); }
+// Q8_0 and IQ4_NL without AVX-VNNI: the values multiplied signed (see above).
+static int packed_signed(int type) { return !HAVE_AVX_VNNI && (packed_layout(type)->bits == 8 || packed_layout(type)->lookup == LOOKUP_IQ4NL); }
 
 // The IQ4 grid in each 16-byte lane, for a byte shuffle by index: signed
 // (IQ4_XS, and IQ4_NL without AVX-VNNI), or plus 128 (the layout's offset).
@@ -6460,10 +6462,10 @@ static inline __m256i iq4nl_signed8(void) { return _mm256_broadcastsi128_si256(_
 static inline __m256i iq4nl_table8(void) {
     return HAVE_AVX_VNNI ? _mm256_xor_si256(iq4nl_signed8(), _mm256_set1_epi8((char)0x80)) : iq4nl_signed8();
 }
-// MXFP4's doubled E2M1 levels, likewise.
+// MXFP4's doubled E2M1 levels plus the layout's offset: 0..24, unsigned.
 static inline __m256i mxfp4_table8(void) {
     __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_values));
-    return HAVE_AVX_VNNI ? _mm256_xor_si256(levels, _mm256_set1_epi8((char)0x80)) : levels;
+    return _mm256_add_epi8(levels, _mm256_set1_epi8((char)packed_mxfp4.offset));
 }
 
 // Bits `from`.. of each byte of v, moved to bits `to`.. and masked to
@@ -6478,7 +6480,7 @@ static inline __m256i move_bits_256(__m256i v, int from, int to, int mask) {
 // Chunks whose maddubs products are summed in int16 before madd (see above).
 static int int16_run(int type) {
     if (packed_signed(type)) return 1;
-    return packed_layout(type)->bits == 5 ? 4 : 8;
+    return packed_layout(type)->bits == 5 || packed_layout(type)->lookup == LOOKUP_MXFP4 ? 4 : 8;
 }
 #endif
 
