@@ -2733,10 +2733,6 @@ static void test_packed_k_extremes(void) {
     }
 }
 
-// The benchmark's bytes per generated token (weight_bytes) against the
-// file's own tensor table: every matrix but the token embedding (unless it
-// is also the classifier), each layer at its own type. A default mix gives
-// layers different types (Q4_K_M: some layers' wv and w2 are Q6_K).
 // After loading and a forward, no whole page of a packed matrix's original
 // is mapped: the packed copy replaced it in memory, and reading the norms
 // and biases beside it did not bring it back (Linux: /proc/self/pagemap).
@@ -2773,6 +2769,10 @@ static void test_pages_given_back(const char *path, const char *label) {
 #endif
 }
 
+// The benchmark's bytes per generated token (weight_bytes) against the
+// file's own tensor table: every matrix but the token embedding (unless it
+// is also the classifier), each layer at its own type. A default mix gives
+// layers different types (Q4_K_M: some layers' wv and w2 are Q6_K).
 static void test_bench_weight_bytes(const char *path, const char *label) {
     char name[128];
     format_text(name, sizeof name, "bench: bytes per token = the %s file's matrices", label);
