@@ -2762,7 +2762,8 @@ static void test_pages_given_back(const char *path, const char *label) {
     }
     fclose(pagemap);
     transformer_close(&t);
-    report(name, n_packed > 0 && pages > 0 && mapped == 0, "%d packed matrices, %ld of their %ld whole pages mapped", n_packed, mapped, pages);
+    if (n_packed == 0) { skip(name, "this build has no packed kernels"); return; }
+    report(name, pages > 0 && mapped == 0, "%d packed matrices, %ld of their %ld whole pages mapped", n_packed, mapped, pages);
 #else
     (void)path;
     skip(name, "Linux only");
