@@ -6484,6 +6484,13 @@ static int int16_run(int type) {
 }
 #endif
 
+// part + products, a run's int16 sum. A prefill tile's runs add with
+// saturation, which never happens (the runs' bounds): GCC cannot regroup
+// such adds, and regrouping a tile's chains into trees spills its sums.
+static inline __m256i add_to_run(__m256i part, __m256i products, int n_t) {
+    return n_t > 1 ? _mm256_adds_epi16(part, products) : _mm256_add_epi16(part, products);
+}
+
 // Chunk j (values 4j..4j+3) of a block's quants, rows 8h..8h+7: the stored
 // values, or (packed_signed) the signed ones.
 static inline __attribute__((always_inline)) __m256i packed_chunk8(const unsigned char *quants, int j, int h, int type) {
@@ -6520,7 +6527,7 @@ static inline __attribute__((always_inline)) void packed_half_sums(__m256i *sum,
         for (int t = 0; t < n_t; t++) {
             __m256i xj = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * stride].q + 4 * j));
             __m256i products = _mm256_maddubs_epi16(abs_w, is_signed ? _mm256_sign_epi8(xj, w) : xj);
-            part[t] = j % run ? _mm256_add_epi16(part[t], products) : products;
+            part[t] = j % run ? add_to_run(part[t], products, n_t) : products;
             if (j % run == run - 1) sum[t] = _mm256_add_epi32(sum[t], _mm256_madd_epi16(part[t], _mm256_set1_epi16(1)));
         }
 #endif
@@ -7332,6 +7339,14 @@ static inline __attribute__((always_inline)) void packed_k_amx(float *out, size_
    times the scale with a 32-bit multiply): faster in prefill, but slower
    in generation at fast memory (BENCHMARKS.md). */
 
+// Halves of the rows a prefill tile takes a pass: both (each of x's
+// broadcasts serves 16 rows) for the types whose chunks unpack in few
+// steps, one for those whose unpacking would spill the tile's sums (Q5_K's
+// fifth bit, Q6_K's three vectors, IQ4_XS's table). VNNI tiles take one.
+static int k_tile_halves(PackedLayout f) {
+    return HAVE_AVX_VNNI || f.lookup || f.six || (f.planes & 4 && f.planes & 1) ? 1 : 2;
+}
+
 // Chunks whose products add up in int16: q at most 2^bits - 1 (the planes'
 // values add up to the bits), by |x| <= 127, two to an int16.
 static int k_int16_run(PackedLayout f) {
@@ -7477,7 +7492,7 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
                 for (int t = 0; t < n_t; t++) {
                     __m256i xi = _mm256_set1_epi32(read_i32((const unsigned char *)x[(size_t)t * x_stride].qs + len * j + 4 * i));
                     __m256i products = _mm256_maddubs_epi16(abs_w, f.lookup ? _mm256_sign_epi8(xi, w) : xi);
-                    part[s][t] = i % run ? _mm256_add_epi16(part[s][t], products) : products;
+                    part[s][t] = i % run ? add_to_run(part[s][t], products, n_t) : products;
                     if (i % run == run - 1) sumi[s][t] = _mm256_add_epi32(sumi[s][t], _mm256_madd_epi16(part[s][t], sc_pairs[s]));
                 }
             }
@@ -7494,11 +7509,11 @@ static inline __attribute__((always_inline)) void packed_k_sums(__m256i sumi[2][
 // g's rows: out[t * out_stride + r] for r < n_rows. Block by block, so the
 // weights are read once, in order (one position: the lines ahead asked
 // for a share with each sub-block, as the VNNI kernels do). One position
-// takes both halves in one pass; a tile takes one half a pass, so that its
-// sums stay in registers.
+// takes both halves in one pass; a tile takes k_tile_halves a pass, so
+// that its sums stay in registers.
 static inline __attribute__((always_inline)) void packed_k_tile(float *out, size_t out_stride, const Matrix *m, int g,
                                                                  const BlockQ8_K *x, int n_t, int n_rows, PackedLayout f) {
-    int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : 1;
+    int n_blocks = col_blocks(m), n_h = n_t == 1 ? 2 : k_tile_halves(f);
     size_t meta_bytes = packed_layout(m->type)->meta_bytes;
     const unsigned char *end = packed_quants(m, (size_t)row_groups(m) * n_blocks);
     size_t far = prefetch_distance(m->type); // generation asks for lines this far ahead (0: none)
