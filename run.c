@@ -748,6 +748,42 @@ static void route(Transformer *t, const LayerWeights *lw, int n) {
     }
 }
 
+// out (dim) += weight * the output of expert e's down projection of its
+// gated row h (hidden_dim), and of its bias where it has one.
+static void add_expert_output(Transformer *t, const LayerWeights *lw, int e, const float *h, float weight, float *out) {
+    const Config *c = &t->config;
+    RunState *s = &t->state;
+    matmul(s->expert_out, h, 1, &lw->experts[3 * e + 1], &s->mm);
+    add_bias(s->expert_out, lw->expert_b2 ? lw->expert_b2 + (size_t)e * c->dim : NULL, 1, c->dim);
+    for (int d = 0; d < c->dim; d++) out[d] += weight * s->expert_out[d];
+}
+
+// The experts of one position (generation), s->xb into s->xb2: its k
+// experts all take that row, so their gate and up products run in one
+// parallel region, as a dense layer's do, not one region each; expert j's
+// rows go to row j of hb and hb2.
+static void experts_of_one(Transformer *t, const LayerWeights *lw) {
+    const Config *c = &t->config;
+    RunState *s = &t->state;
+    int k = c->n_experts_used;
+    size_t hidden = (size_t)c->hidden_dim;
+    const Matrix *ms[2 * BATCH];
+    float *outs[2 * BATCH];
+    for (int j = 0; j < k; j++) {
+        int e = s->chosen[j];
+        ms[2 * j] = &lw->experts[3 * e], ms[2 * j + 1] = &lw->experts[3 * e + 2];
+        outs[2 * j] = s->hb + j * hidden, outs[2 * j + 1] = s->hb2 + j * hidden;
+    }
+    matmul_shared(outs, ms, 2 * k, s->xb, 1, &s->mm);
+    for (int j = 0; j < k; j++) {
+        add_bias(outs[2 * j], lw->expert_b1 ? lw->expert_b1 + s->chosen[j] * hidden : NULL, 1, c->hidden_dim);
+        add_bias(outs[2 * j + 1], lw->expert_b3 ? lw->expert_b3 + s->chosen[j] * hidden : NULL, 1, c->hidden_dim);
+    }
+    gate_rows(s->hb, s->hb2, k, c->hidden_dim, c->gate);
+    memset(s->xb2, 0, (size_t)c->dim * sizeof(float));
+    for (int j = 0; j < k; j++) add_expert_output(t, lw, s->chosen[j], s->hb + j * hidden, s->chosen_weight[j], s->xb2);
+}
+
 // A mixture of experts over n positions, s->xb into s->xb2: each expert's
 // SwiGLU feed-forward runs once, on the rows of all the positions routed to
 // it, so an expert's weights are read once per block, and an expert no
@@ -758,6 +794,7 @@ static void mixture_of_experts(Transformer *t, const LayerWeights *lw, int n) {
     int dim = c->dim, k = c->n_experts_used, rows[BATCH];
     float weights[BATCH];
     route(t, lw, n);
+    if (n == 1 && k <= BATCH) { experts_of_one(t, lw); return; }
     memset(s->xb2, 0, (size_t)n * dim * sizeof(float));
     for (int e = 0; e < c->n_experts; e++) {
         int m = 0;
