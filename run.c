@@ -748,14 +748,21 @@ static void route(Transformer *t, const LayerWeights *lw, int n) {
     }
 }
 
-// out (dim) += weight * the output of expert e's down projection of its
-// gated row h (hidden_dim), and of its bias where it has one.
-static void add_expert_output(Transformer *t, const LayerWeights *lw, int e, const float *h, float weight, float *out) {
+// For each of m gated rows r of h (hidden_dim each): out row rows[r] (dim)
+// += weights[r] * expert e's down projection of row r, and its bias where
+// it has one.
+static void add_expert_output(Transformer *t, const LayerWeights *lw, int e, const float *h, int m, const int *rows,
+                              const float *weights, float *out) {
     const Config *c = &t->config;
     RunState *s = &t->state;
-    matmul(s->expert_out, h, 1, &lw->experts[3 * e + 1], &s->mm);
-    add_bias(s->expert_out, lw->expert_b2 ? lw->expert_b2 + (size_t)e * c->dim : NULL, 1, c->dim);
-    for (int d = 0; d < c->dim; d++) out[d] += weight * s->expert_out[d];
+    int dim = c->dim;
+    matmul(s->expert_out, h, m, &lw->experts[3 * e + 1], &s->mm);
+    add_bias(s->expert_out, lw->expert_b2 ? lw->expert_b2 + (size_t)e * dim : NULL, m, dim);
+    for (int r = 0; r < m; r++) {
+        float *o = out + (size_t)rows[r] * dim;
+        const float *y = s->expert_out + (size_t)r * dim;
+        for (int d = 0; d < dim; d++) o[d] += weights[r] * y[d];
+    }
 }
 
 // The experts of one position (generation), s->xb into s->xb2: its k
@@ -781,7 +788,7 @@ static void experts_of_one(Transformer *t, const LayerWeights *lw) {
     }
     gate_rows(s->hb, s->hb2, k, c->hidden_dim, c->gate);
     memset(s->xb2, 0, (size_t)c->dim * sizeof(float));
-    for (int j = 0; j < k; j++) add_expert_output(t, lw, s->chosen[j], s->hb + j * hidden, s->chosen_weight[j], s->xb2);
+    for (int j = 0; j < k; j++) add_expert_output(t, lw, s->chosen[j], s->hb + j * hidden, 1, (const int[]){0}, &s->chosen_weight[j], s->xb2);
 }
 
 // A mixture of experts over n positions, s->xb into s->xb2: each expert's
@@ -806,19 +813,13 @@ static void mixture_of_experts(Transformer *t, const LayerWeights *lw, int n) {
                     memcpy(s->expert_in + (size_t)m++ * dim, s->xb + (size_t)i * dim, (size_t)dim * sizeof(float));
                 }
         if (m == 0) continue;
-        const Matrix *w1 = &lw->experts[3 * e], *w2 = &lw->experts[3 * e + 1], *w3 = &lw->experts[3 * e + 2];
+        const Matrix *w1 = &lw->experts[3 * e], *w3 = &lw->experts[3 * e + 2];
         size_t hidden = (size_t)c->hidden_dim;
         matmul_shared((float *[]){s->hb, s->hb2}, (const Matrix *[]){w1, w3}, 2, s->expert_in, m, &s->mm);
         add_bias(s->hb, lw->expert_b1 ? lw->expert_b1 + e * hidden : NULL, m, c->hidden_dim);
         add_bias(s->hb2, lw->expert_b3 ? lw->expert_b3 + e * hidden : NULL, m, c->hidden_dim);
         gate_rows(s->hb, s->hb2, m, c->hidden_dim, c->gate);
-        matmul(s->expert_out, s->hb, m, w2, &s->mm);
-        add_bias(s->expert_out, lw->expert_b2 ? lw->expert_b2 + (size_t)e * dim : NULL, m, dim);
-        for (int r = 0; r < m; r++) {
-            float *out = s->xb2 + (size_t)rows[r] * dim;
-            const float *y = s->expert_out + (size_t)r * dim;
-            for (int d = 0; d < dim; d++) out[d] += weights[r] * y[d];
-        }
+        add_expert_output(t, lw, e, s->hb, m, rows, weights, s->xb2);
     }
 }
 
