@@ -592,12 +592,23 @@ static void head_scores(const RunState *s, const Config *c, size_t at, int slot,
     }
 }
 
-// out (head_size) += the values in slots slot..slot+count-1 of one kv
-// head's cache (at: its slot 0), weighted by att.
-static void head_values(const RunState *s, const Config *c, size_t at, int slot, int count, const float *att, float *out) {
-    int hs = c->head_size;
-    if (s->value_cache) attention_values(out, att, s->value_cache + at + (size_t)slot * hs, (size_t)hs, count, hs);
-    else attention_values_f16(out, att, s->value_cache_f16 + at + (size_t)slot * hs, (size_t)hs, count, hs);
+// out (n_q rows of head_size) += the values in slots slot..slot+count-1 of
+// one kv head's cache (at: its slot 0), weighted by each head's scores in
+// columns col.. of att (seq_len apart). Block by block of values, each
+// taken by every head while it is in L1: one read of the values for the
+// group, not one per head. Each output still adds its terms in slot order.
+static void heads_values(const RunState *s, const Config *c, size_t at, int slot, int count, int n_q, const float *att, int col,
+                         float *out) {
+    int hs = c->head_size, block = score_block(hs), end = slot + count;
+    for (int p = slot; p < end; p += block) {
+        int m = end - p < block ? end - p : block;
+        for (int h = 0; h < n_q; h++) {
+            const float *a = att + (size_t)h * c->seq_len + col + (p - slot);
+            float *o = out + (size_t)h * hs;
+            if (s->value_cache) attention_values(o, a, s->value_cache + at + (size_t)p * hs, (size_t)hs, m, hs);
+            else attention_values_f16(o, a, s->value_cache_f16 + at + (size_t)p * hs, (size_t)hs, m, hs);
+        }
+    }
 }
 
 // Causal self-attention of the n_q query heads h0.. (q: theirs, head_size
@@ -616,13 +627,10 @@ static void attention_heads(const Transformer *t, int layer, int h0, int n_q, in
     head_scores(s, c, at, slot, n1, n_q, q, att, 0, scale);
     if (n1 < n) head_scores(s, c, at, 0, n - n1, n_q, q, att, n1, scale);
     const float *sinks = t->weights.layers[layer].sinks;
-    for (int h = 0; h < n_q; h++) {
-        float *a = att + (size_t)h * c->seq_len, *o = out + (size_t)h * hs;
-        softmax_sink(a, n, sinks ? sinks[h0 + h] : -INFINITY);
-        memset(o, 0, (size_t)hs * sizeof(float));
-        head_values(s, c, at, slot, n1, a, o);
-        if (n1 < n) head_values(s, c, at, 0, n - n1, a + n1, o);
-    }
+    for (int h = 0; h < n_q; h++) softmax_sink(att + (size_t)h * c->seq_len, n, sinks ? sinks[h0 + h] : -INFINITY);
+    memset(out, 0, (size_t)n_q * hs * sizeof(float));
+    heads_values(s, c, at, slot, n1, n_q, att, 0, out);
+    if (n1 < n) heads_values(s, c, at, 0, n - n1, n_q, att, n1, out);
 }
 
 // Attention of every query head at the n positions pos.. of layer l: q (n,
