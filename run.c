@@ -207,6 +207,11 @@ typedef struct {
 // each weight block once per block of positions, so longer blocks decode less.
 #define BATCH 128
 
+// Prefill positions whose queries take each read of the keys and values
+// together: at long contexts attention reads the whole cache for every
+// position, so a tile of positions reads it once.
+#define QUERY_TILE 4
+
 // What the matrix products (engine room) need besides their operands, for
 // up to BATCH positions of up to max_cols = max(dim, hidden_dim, n_heads *
 // head_size) inputs.
@@ -251,7 +256,9 @@ typedef struct {
     float *v;           // (BATCH, kv_dim) and values
     float *rope_cos;    // (2, BATCH, head_size/2) each position's rotation: [0] of the layers with
     float *rope_sin;    // (2, BATCH, head_size/2) the model's RoPE, [1] of sliding-window layers with their own
-    float *att;         // (n_heads, seq_len) attention scores
+    float *att;         // (n_heads * QUERY_TILE, seq_len) attention scores
+    float *q_tile;      // (n_heads * QUERY_TILE, head_size) a tile's queries, gathered
+    float *out_tile;    // (n_heads * QUERY_TILE, head_size) and its outputs
     // a mixture of experts (NULL when dense): each position's choice, and an expert's rows
     float *router;      // (BATCH, n_experts) the router's scores, then probabilities
     int *chosen;        // (BATCH, n_experts_used) the experts each position runs
@@ -304,10 +311,12 @@ static void matmul_shared(float *const *outs, const Matrix *const *ms, int count
                           MatmulScratch *mm);
 static void dequantize_row(float *out, const Matrix *m, int row);
 static float dot_f32(const float *a, const float *b, int n);
-static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale);
+static void attention_scores(float *att, size_t att_stride, const float *q, int n_q, const float *k, size_t stride, int n, int hs,
+                             float scale);
 static void attention_values(float *out, const float *att, const float *v, size_t stride, int n, int hs);
 static float dot_f32_f16(const float *a, const uint16_t *b, int n);
-static void attention_scores_f16(float *att, const float *q, const uint16_t *k, size_t stride, int n, int hs, float scale);
+static void attention_scores_f16(float *att, size_t att_stride, const float *q, int n_q, const uint16_t *k, size_t stride, int n,
+                                 int hs, float scale);
 static void attention_values_f16(float *out, const float *att, const uint16_t *v, size_t stride, int n, int hs);
 static void f32_to_f16_row(uint16_t *out, const float *x, size_t n);
 static float exp_row(float *x, int n, float shift);
@@ -376,7 +385,9 @@ static int alloc_run_state(RunState *s, const Config *c, const LayerWeights *lay
     s->v = zeros_aligned(rows * kv_dim(c), sizeof(float));
     s->rope_cos = zeros_aligned(2 * rows * c->head_size / 2, sizeof(float));
     s->rope_sin = zeros_aligned(2 * rows * c->head_size / 2, sizeof(float));
-    s->att = zeros_aligned((size_t)c->n_heads * c->seq_len, sizeof(float));
+    s->att = zeros_aligned((size_t)c->n_heads * QUERY_TILE * c->seq_len, sizeof(float));
+    s->q_tile = zeros_aligned(q_dim * QUERY_TILE, sizeof(float));
+    s->out_tile = zeros_aligned(q_dim * QUERY_TILE, sizeof(float));
     s->logits = zeros_aligned((size_t)c->vocab_size, sizeof(float));
     int f16 = kv_type == TYPE_F16;
     size_t kv_size = f16 ? sizeof(uint16_t) : sizeof(float);
@@ -396,14 +407,14 @@ static int alloc_run_state(RunState *s, const Config *c, const LayerWeights *lay
     }
     int max_cols = c->hidden_dim > (int)widest ? c->hidden_dim : (int)widest;
     if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->k || !s->v || !s->rope_cos ||
-        !s->rope_sin || !s->att || !s->logits || !keys || !values || alloc_matmul_scratch(&s->mm, max_cols) != 0)
+        !s->rope_sin || !s->att || !s->q_tile || !s->out_tile || !s->logits || !keys || !values || alloc_matmul_scratch(&s->mm, max_cols) != 0)
         return -1;
     return 0;
 }
 
 static void free_run_state(RunState *s) {
     free(s->x); free(s->xb); free(s->xb2); free(s->hb); free(s->hb2); free(s->q); free(s->k); free(s->v);
-    free(s->rope_cos); free(s->rope_sin); free(s->att); free(s->logits);
+    free(s->rope_cos); free(s->rope_sin); free(s->att); free(s->q_tile); free(s->out_tile); free(s->logits);
     free(s->router); free(s->chosen); free(s->chosen_weight); free(s->expert_in); free(s->expert_out);
     free(s->key_block); free(s->value_block); free(s->cache_start); free(s->cache_len); free_matmul_scratch(&s->mm);
     memset(s, 0, sizeof *s);
@@ -563,80 +574,108 @@ static int score_block(int head_size) {
     return keys > 16 ? keys : 16;
 }
 
-// The scores of n_q query heads (q: theirs, head_size apart) against the
-// keys in slots slot..slot+count-1 of one kv head's cache (at: its slot 0),
-// into columns col.. of their rows of att (seq_len apart). The heads read
-// each block of keys in turn: one read of the keys from memory or L2 for
-// the group, not one per head.
-static void head_scores(const RunState *s, const Config *c, size_t at, int slot, int count, int n_q, const float *q,
-                        float *att, int col, float scale) {
+// The scores of `rows` queries (q: head_size apart) against the keys in
+// slots slot..slot+count-1 of one kv head's cache (at: its slot 0), into
+// columns col.. of their rows of att (seq_len apart). The rows take each
+// block of keys in turn: one read of the keys from memory or L2 for all of
+// them, not one per row.
+static void head_scores(const RunState *s, const Config *c, size_t at, int slot, int count, int rows, const float *q, float *att, int col,
+                        float scale) {
     int hs = c->head_size, block = score_block(hs), end = slot + count;
     size_t row = (size_t)hs * (s->key_cache ? sizeof(float) : sizeof(uint16_t)); // bytes of a key or value
     const char *keys = s->key_cache ? (const char *)(s->key_cache + at) : (const char *)(s->key_cache_f16 + at);
     const char *values = s->value_cache ? (const char *)(s->value_cache + at) : (const char *)(s->value_cache_f16 + at);
     for (int p = slot; p < end; p += block) {
         int m = end - p < block ? end - p : block, next = end - p - m < block ? end - p - m : block;
-        // while the heads score this block, the next block's keys (into
-        // L1) and this block's values (into L2) are fetched, a share by each
+        // while the rows score this block, 16 keys at a time, the next
+        // block's keys (into L1) and this block's values (into L2) are
+        // fetched, a share before each 16
         size_t key_lines = (size_t)next * row / 64, value_lines = (size_t)m * row / 64;
-        for (int h = 0; h < n_q; h++) {
-            for (size_t i = key_lines * h / n_q; i < key_lines * (h + 1) / n_q; i++)
+        for (int k = 0; k < m; k += 16) {
+            int keys_now = m - k < 16 ? m - k : 16;
+            for (size_t i = key_lines * k / m; i < key_lines * (k + keys_now) / m; i++)
                 __builtin_prefetch(keys + (size_t)(p + m) * row + 64 * i, 0, 3);
-            for (size_t i = value_lines * h / n_q; i < value_lines * (h + 1) / n_q; i++)
+            for (size_t i = value_lines * k / m; i < value_lines * (k + keys_now) / m; i++)
                 __builtin_prefetch(values + (size_t)p * row + 64 * i, 0, 2);
-            const float *qh = q + (size_t)h * hs;
-            float *a = att + (size_t)h * c->seq_len + col + (p - slot);
-            if (s->key_cache) attention_scores(a, qh, s->key_cache + at + (size_t)p * hs, (size_t)hs, m, hs, scale);
-            else attention_scores_f16(a, qh, s->key_cache_f16 + at + (size_t)p * hs, (size_t)hs, m, hs, scale);
+            float *a = att + col + (p + k - slot);
+            size_t first = at + (size_t)(p + k) * hs;
+            if (s->key_cache) attention_scores(a, c->seq_len, q, rows, s->key_cache + first, (size_t)hs, keys_now, hs, scale);
+            else attention_scores_f16(a, c->seq_len, q, rows, s->key_cache_f16 + first, (size_t)hs, keys_now, hs, scale);
         }
     }
 }
 
-// out (n_q rows of head_size) += the values in slots slot..slot+count-1 of
-// one kv head's cache (at: its slot 0), weighted by each head's scores in
-// columns col.. of att (seq_len apart). Block by block of values, each
-// taken by every head while it is in L1: one read of the values for the
-// group, not one per head. Each output still adds its terms in slot order.
-static void heads_values(const RunState *s, const Config *c, size_t at, int slot, int count, int n_q, const float *att, int col,
-                         float *out) {
+// out (rows of head_size) += the values in slots slot..slot+count-1 of one
+// kv head's cache (at: its slot 0), weighted by each row's scores in
+// columns col.. of att (seq_len apart); row r (of position r / n_q) takes
+// only the columns lo[r / n_q]..hi[r / n_q]-1 (the position's). Block by
+// block of values, each taken by every row while it is in L1: one read of
+// the values for the rows, not one per row. Each output adds its terms in
+// slot order.
+static void heads_values(const RunState *s, const Config *c, size_t at, int slot, int count, int rows, int n_q, const int *lo,
+                         const int *hi, const float *att, int col, float *out) {
     int hs = c->head_size, block = score_block(hs), end = slot + count;
     for (int p = slot; p < end; p += block) {
-        int m = end - p < block ? end - p : block;
-        for (int h = 0; h < n_q; h++) {
-            const float *a = att + (size_t)h * c->seq_len + col + (p - slot);
-            float *o = out + (size_t)h * hs;
-            if (s->value_cache) attention_values(o, a, s->value_cache + at + (size_t)p * hs, (size_t)hs, m, hs);
-            else attention_values_f16(o, a, s->value_cache_f16 + at + (size_t)p * hs, (size_t)hs, m, hs);
+        int m = end - p < block ? end - p : block, first = col + (p - slot); // this block's columns: first..first+m-1
+        for (int r = 0; r < rows; r++) {
+            int i = r / n_q, from = lo[i] > first ? lo[i] : first, to = hi[i] < first + m ? hi[i] : first + m;
+            if (from >= to) continue;
+            const float *a = att + (size_t)r * c->seq_len + from;
+            size_t v = at + (size_t)(p + from - first) * hs;
+            float *o = out + (size_t)r * hs;
+            if (s->value_cache) attention_values(o, a, s->value_cache + v, (size_t)hs, to - from, hs);
+            else attention_values_f16(o, a, s->value_cache_f16 + v, (size_t)hs, to - from, hs);
         }
     }
 }
 
-// Causal self-attention of the n_q query heads h0.. (q: theirs, head_size
-// apart), which share one kv head, over the positions that the query at
-// pos sees in this layer's cache (0..pos, or the last `window` of them);
-// att is scratch for their scores, seq_len apart, and the results go to out
-// (n_q * head_size). A ring's positions lie in at most two runs of slots.
-static void attention_heads(const Transformer *t, int layer, int h0, int n_q, int pos, const float *q, float *att, float *out) {
+// The first position that the query at pos sees in a layer with this
+// window (0: all of them).
+static int first_seen(int window, int pos) {
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+
+// Causal self-attention of the n_q query heads h0.., which share one kv
+// head, at the n_pos positions pos.. (q: position i's heads at q + i *
+// q_stride, head_size apart), each over the positions it sees in this
+// layer's cache (0..pos, or the last `window` of them); the results go to
+// out likewise (out_stride). The tile's rows (position i, head j: row i *
+// n_q + j) score the keys that any of them sees, each row then taking its
+// own: one read of the cache for the tile. A ring's positions lie in at
+// most two runs of slots.
+static void attention_heads(const Transformer *t, int layer, int h0, int n_q, int pos, int n_pos, const float *q, size_t q_stride, float *out,
+                            size_t out_stride) {
     const Config *c = &t->config;
     const RunState *s = &t->state;
-    int hs = c->head_size, window = t->weights.layers[layer].window, len = s->cache_len[layer];
-    int first = window > 0 && pos >= window ? pos - window + 1 : 0, n = pos + 1 - first; // the positions seen
-    int slot = first % len, n1 = n < len - slot ? n : len - slot; // slots slot..slot+n1-1, then 0..n-n1-1
+    int hs = c->head_size, window = t->weights.layers[layer].window, len = s->cache_len[layer], rows = n_pos * n_q;
+    float *att = s->att + (size_t)h0 * QUERY_TILE * c->seq_len, *qt = s->q_tile + (size_t)h0 * QUERY_TILE * hs,
+          *ot = s->out_tile + (size_t)h0 * QUERY_TILE * hs; // these heads' share of the scratch
+    int first = first_seen(window, pos), n = pos + n_pos - first; // the positions any row sees
+    int slot = first % len, n1 = n < len - slot ? n : len - slot;   // slots slot..slot+n1-1, then 0..n-n1-1
+    int lo[QUERY_TILE], hi[QUERY_TILE];                               // each position's columns of att
     size_t at = kv_at(s, c, layer, h0 / (c->n_heads / c->n_kv_heads), 0); // this kv head's slot 0
     float scale = c->query_scale > 0 ? c->query_scale : 1.0f / sqrtf((float)hs);
-    head_scores(s, c, at, slot, n1, n_q, q, att, 0, scale);
-    if (n1 < n) head_scores(s, c, at, 0, n - n1, n_q, q, att, n1, scale);
+    for (int i = 0; i < n_pos; i++) memcpy(qt + (size_t)i * n_q * hs, q + (size_t)i * q_stride, (size_t)n_q * hs * sizeof(float));
+    head_scores(s, c, at, slot, n1, rows, qt, att, 0, scale);
+    if (n1 < n) head_scores(s, c, at, 0, n - n1, rows, qt, att, n1, scale);
     const float *sinks = t->weights.layers[layer].sinks;
-    for (int h = 0; h < n_q; h++) softmax_sink(att + (size_t)h * c->seq_len, n, sinks ? sinks[h0 + h] : -INFINITY);
-    memset(out, 0, (size_t)n_q * hs * sizeof(float));
-    heads_values(s, c, at, slot, n1, n_q, att, 0, out);
-    if (n1 < n) heads_values(s, c, at, 0, n - n1, n_q, att, n1, out);
+    for (int i = 0; i < n_pos; i++) {
+        lo[i] = first_seen(window, pos + i) - first;
+        hi[i] = pos + i + 1 - first;
+    }
+    for (int r = 0; r < rows; r++)
+        softmax_sink(att + (size_t)r * c->seq_len + lo[r / n_q], hi[r / n_q] - lo[r / n_q], sinks ? sinks[h0 + r % n_q] : -INFINITY);
+    memset(ot, 0, (size_t)rows * hs * sizeof(float));
+    heads_values(s, c, at, slot, n1, rows, n_q, lo, hi, att, 0, ot);
+    if (n1 < n) heads_values(s, c, at, 0, n - n1, rows, n_q, lo, hi, att, n1, ot);
+    for (int i = 0; i < n_pos; i++) memcpy(out + (size_t)i * out_stride, ot + (size_t)i * n_q * hs, (size_t)n_q * hs * sizeof(float));
 }
 
 // Attention of every query head at the n positions pos.. of layer l: q (n,
 // n_heads * head_size), the results into out (rows out_stride apart). Each
 // thread takes an equal run of consecutive heads, as a static schedule
-// would, and within it the heads of one kv head together.
+// would, and within it the heads of one kv head together, QUERY_TILE
+// positions at a time.
 static void attention_layer(const Transformer *t, int l, int pos, int n, const float *q, float *out, size_t out_stride) {
     const Config *c = &t->config;
     int hs = c->head_size, group = c->n_heads / c->n_kv_heads;
@@ -651,9 +690,9 @@ static void attention_layer(const Transformer *t, int l, int pos, int n, const f
         int h = (int)((int64_t)c->n_heads * me / nt), end = (int)((int64_t)c->n_heads * (me + 1) / nt);
         while (h < end) {
             int next = (h / group + 1) * group < end ? (h / group + 1) * group : end; // this kv head's last, or the run's
-            for (int i = 0; i < n; i++)
-                attention_heads(t, l, h, next - h, pos + i, q + (size_t)i * q_dim + (size_t)h * hs, t->state.att + (size_t)h * c->seq_len,
-                                out + (size_t)i * out_stride + (size_t)h * hs);
+            for (int i = 0; i < n; i += QUERY_TILE)
+                attention_heads(t, l, h, next - h, pos + i, n - i < QUERY_TILE ? n - i : QUERY_TILE, q + (size_t)i * q_dim + (size_t)h * hs,
+                                q_dim, out + (size_t)i * out_stride + (size_t)h * hs, out_stride);
             h = next;
         }
     }
@@ -5470,21 +5509,110 @@ static inline __attribute__((always_inline)) void attention_scores_as(float *att
     }
 }
 
-// The common head sizes (64: gpt-oss; 128: Llama, Qwen; 256: Gemma 3)
-// compiled as constants, so that each key's dot product unrolls to
-// straight loads and multiply-adds: scores 2x faster at 64 on AVX-512, 1.6x
-// on AVX2 (32 heads x 193 keys, one thread, cached).
-static void attention_scores(float *att, const float *q, const float *k, size_t stride, int n, int hs, float scale) {
-    if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale, 0);
-    else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale, 0);
-    else if (hs == 256) attention_scores_as(att, q, k, stride, n, 256, scale, 0);
-    else attention_scores_as(att, q, k, stride, n, hs, scale, 0);
+#if HAVE_AVX2 && !HAVE_AVX512
+
+// 8 floats of a cache row from element i on, widened if the row is fp16.
+static inline __attribute__((always_inline)) __m256 load_8(const void *row, size_t i, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return _mm256_loadu_ps((const float *)row + i);
 }
-static void attention_scores_f16(float *att, const float *q, const uint16_t *k, size_t stride, int n, int hs, float scale) {
-    if (hs == 64) attention_scores_as(att, q, k, stride, n, 64, scale, 1);
-    else if (hs == 128) attention_scores_as(att, q, k, stride, n, 128, scale, 1);
-    else if (hs == 256) attention_scores_as(att, q, k, stride, n, 256, scale, 1);
-    else attention_scores_as(att, q, k, stride, n, hs, scale, 1);
+
+// The scores of qn queries (q: hs apart) against kn keys (k: stride
+// apart), qn * kn = 8, into att (rows att_stride apart), each dot_f32's
+// (fp16: dot_f32_f16's) bits: its partial sums (lanes of 8 every 32
+// values; fp16: every 16) taken one at a time for all eight pairs, then
+// added as it adds them. Each key's 8 values loaded serve qn queries and
+// each query's serve kn keys: 6 loads per 8 multiply-adds (one pair at a
+// time: 16).
+static inline __attribute__((always_inline)) void scores_tile(float *att, size_t att_stride, const float *q, const void *k, size_t stride,
+                                                               int qn, int kn, int hs, float scale, int f16) {
+    int chains = f16 ? 2 : 4;
+    __m256 part[4][8];
+    for (int c = 0; c < chains; c++) {
+        __m256 acc[8];
+        for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
+        for (int j = 8 * c; j < hs; j += 8 * chains) {
+            __m256 key[8];
+            // (each empty asm keeps a loaded vector in a register: GCC would
+            // otherwise fold the repeated loads into the multiply-adds)
+            for (int b = 0; b < kn; b++) {
+                key[b] = load_8(k, (size_t)b * stride + j, f16);
+                __asm__("" : "+x"(key[b]));
+            }
+            for (int a = 0; a < qn; a++) {
+                __m256 query = _mm256_loadu_ps(q + (size_t)a * hs + j);
+                __asm__("" : "+x"(query));
+                for (int b = 0; b < kn; b++) acc[a * kn + b] = _mm256_fmadd_ps(query, key[b], acc[a * kn + b]);
+            }
+        }
+        for (int t = 0; t < 8; t++) part[c][t] = acc[t];
+    }
+    for (int a = 0; a < qn; a++)
+        for (int b = 0; b < kn; b++) {
+            int t = a * kn + b;
+            __m256 sum = f16 ? _mm256_add_ps(part[0][t], part[1][t])
+                             : _mm256_add_ps(_mm256_add_ps(part[0][t], part[1][t]), _mm256_add_ps(part[2][t], part[3][t]));
+            // (dot_f32_f16 adds its empty tail's 0: a -0 sum becomes +0)
+            att[(size_t)a * att_stride + b] = (f16 ? sum_m256(sum) + 0.0f : sum_m256(sum)) * scale;
+        }
+}
+
+// qn queries' scores against n keys: tiles of 8 / qn keys, then the rest
+// one key at a time.
+static inline __attribute__((always_inline)) void scores_rows(float *att, size_t att_stride, const float *q, int qn, const void *k,
+                                                               size_t stride, int n, int hs, float scale, int f16) {
+    size_t row = f16 ? sizeof(uint16_t) : sizeof(float);
+    int kn = 8 / qn, p = 0;
+    for (; p + kn <= n; p += kn) scores_tile(att + p, att_stride, q, (const char *)k + (size_t)p * stride * row, stride, qn, kn, hs, scale, f16);
+    for (int a = 0; a < qn; a++)
+        attention_scores_as(att + (size_t)a * att_stride + p, q + (size_t)a * hs, (const char *)k + (size_t)p * stride * row, stride, n - p,
+                            hs, scale, f16);
+}
+
+// n_q queries' scores, four, two or one at a time (head sizes that are
+// not whole chains: one at a time).
+static inline __attribute__((always_inline)) void attention_scores_heads(float *att, size_t att_stride, const float *q, int n_q, const void *k,
+                                                                          size_t stride, int n, int hs, float scale, int f16) {
+    int whole = hs % (f16 ? 16 : 32) == 0;
+    for (int h = 0; h < n_q;) {
+        int qn = !whole ? 1 : n_q - h >= 4 ? 4 : n_q - h >= 2 ? 2 : 1;
+        float *a = att + (size_t)h * att_stride;
+        const float *qh = q + (size_t)h * hs;
+        if (!whole) attention_scores_as(a, qh, k, stride, n, hs, scale, f16);
+        else if (qn == 4) scores_rows(a, att_stride, qh, 4, k, stride, n, hs, scale, f16);
+        else if (qn == 2) scores_rows(a, att_stride, qh, 2, k, stride, n, hs, scale, f16);
+        else scores_rows(a, att_stride, qh, 1, k, stride, n, hs, scale, f16);
+        h += qn;
+    }
+}
+
+#else
+
+// n_q queries' scores, one query at a time.
+static inline __attribute__((always_inline)) void attention_scores_heads(float *att, size_t att_stride, const float *q, int n_q, const void *k,
+                                                                          size_t stride, int n, int hs, float scale, int f16) {
+    for (int h = 0; h < n_q; h++) attention_scores_as(att + (size_t)h * att_stride, q + (size_t)h * hs, k, stride, n, hs, scale, f16);
+}
+
+#endif
+
+// The scores of n_q query heads (q: hs apart) against n keys (k: stride
+// apart), into rows of att att_stride apart. The common head sizes (64:
+// gpt-oss; 128: Llama, Qwen; 256: Gemma 3) compiled as constants, so that
+// each key's dot product unrolls to straight loads and multiply-adds.
+static void attention_scores(float *att, size_t att_stride, const float *q, int n_q, const float *k, size_t stride, int n, int hs,
+                             float scale) {
+    if (hs == 64) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 64, scale, 0);
+    else if (hs == 128) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 128, scale, 0);
+    else if (hs == 256) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 256, scale, 0);
+    else attention_scores_heads(att, att_stride, q, n_q, k, stride, n, hs, scale, 0);
+}
+static void attention_scores_f16(float *att, size_t att_stride, const float *q, int n_q, const uint16_t *k, size_t stride, int n,
+                                 int hs, float scale) {
+    if (hs == 64) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 64, scale, 1);
+    else if (hs == 128) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 128, scale, 1);
+    else if (hs == 256) attention_scores_heads(att, att_stride, q, n_q, k, stride, n, 256, scale, 1);
+    else attention_scores_heads(att, att_stride, q, n_q, k, stride, n, hs, scale, 1);
 }
 
 #if HAVE_AVX512
@@ -5518,15 +5646,19 @@ static inline __attribute__((always_inline)) void attention_values_as(float *out
 
 #elif HAVE_AVX2
 
-// 8 floats of a cache row from element i on, widened if the row is fp16.
-static inline __attribute__((always_inline)) __m256 load_8(const void *row, size_t i, int f16) {
-    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
-    return _mm256_loadu_ps((const float *)row + i);
-}
-
 static inline __attribute__((always_inline)) void attention_values_as(float *out, const float *att, const void *v, size_t stride, int n,
                                                                        int hs, int f16) {
     int i = 0;
+    for (; i + 64 <= hs; i += 64) { // 64 outputs in eight registers: eight adds in flight cover the add's latency
+        __m256 o[8];
+        for (int r = 0; r < 8; r++) o[r] = _mm256_loadu_ps(out + i + 8 * r);
+        for (int p = 0; p < n; p++) {
+            size_t at = (size_t)p * stride + i;
+            __m256 a = _mm256_set1_ps(att[p]);
+            for (int r = 0; r < 8; r++) o[r] = _mm256_add_ps(o[r], _mm256_mul_ps(a, load_8(v, at + 8 * r, f16)));
+        }
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(out + i + 8 * r, o[r]);
+    }
     for (; i + 32 <= hs; i += 32) { // 32 outputs in four registers
         __m256 o0 = _mm256_loadu_ps(out + i), o1 = _mm256_loadu_ps(out + i + 8), o2 = _mm256_loadu_ps(out + i + 16),
                o3 = _mm256_loadu_ps(out + i + 24);

@@ -1926,60 +1926,88 @@ static void test_small_twins(void) {
 // and the scores, one dot_f32 per key. The same for the fp16 cache: its
 // values' sum bit for bit, its scores score_f16 per key.
 static void test_attention_twins(void) {
-    enum { MAX_HS = 256, MAX_N = 37, STRIDE = 263 };
+    enum { MAX_HS = 256, MAX_N = 37, STRIDE = 263, MAX_Q = 7 };
     uint64_t rng = 41;
-    static float v[MAX_N * STRIDE], att[MAX_N], q[MAX_HS], fast[MAX_HS], plain[MAX_HS];
+    static float v[MAX_N * STRIDE], att[MAX_Q * MAX_N], q[MAX_Q * MAX_HS], fast[MAX_HS], plain[MAX_HS];
     static uint16_t v16[MAX_N * STRIDE];
     int sizes[] = {1, 3, 4, 8, 15, 16, 17, 31, 32, 48, 64, 80, 96, 100, 128, 200, 256}, checked = 0, bad = 0;
     random_floats(&rng, v, MAX_N * STRIDE);
-    random_floats(&rng, q, MAX_HS);
+    random_floats(&rng, q, MAX_Q * MAX_HS);
     f32_to_f16_row_plain(v16, v, MAX_N * STRIDE);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         for (int n = 1; n <= MAX_N; n += 12) {
-            int hs = sizes[i];
+            int hs = sizes[i], n_q = 1 + (int)(i + (size_t)n) % MAX_Q; // 1 to 7 query heads, hs apart
             random_floats(&rng, att, MAX_N);
             random_floats(&rng, fast, MAX_HS); // what the sum adds to
             memcpy(plain, fast, sizeof plain);
             attention_values(fast, att, v + 5, STRIDE, n, hs);
             attention_values_plain(plain, att, v + 5, STRIDE, n, hs);
             int off = memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
-            attention_scores(att, q, v + 3, STRIDE, n, hs, 0.125f);
-            for (int p = 0; p < n; p++) {
-                float want = dot_f32(q, v + 3 + (size_t)p * STRIDE, hs) * 0.125f;
-                off |= memcmp(&att[p], &want, sizeof want) != 0;
-            }
+            attention_scores(att, MAX_N, q, n_q, v + 3, STRIDE, n, hs, 0.125f);
+            for (int h = 0; h < n_q; h++)
+                for (int p = 0; p < n; p++) {
+                    float want = dot_f32(q + (size_t)h * hs, v + 3 + (size_t)p * STRIDE, hs) * 0.125f;
+                    off |= memcmp(&att[h * MAX_N + p], &want, sizeof want) != 0;
+                }
             random_floats(&rng, att, MAX_N);
             random_floats(&rng, fast, MAX_HS);
             memcpy(plain, fast, sizeof plain);
             attention_values_f16(fast, att, v16 + 5, STRIDE, n, hs);
             attention_values_f16_plain(plain, att, v16 + 5, STRIDE, n, hs);
             off |= memcmp(fast, plain, (size_t)hs * sizeof(float)) != 0;
-            attention_scores_f16(att, q, v16 + 3, STRIDE, n, hs, 0.125f);
-            for (int p = 0; p < n; p++) {
-                float want = score_f16(q, v16 + 3 + (size_t)p * STRIDE, hs) * 0.125f;
-                off |= memcmp(&att[p], &want, sizeof want) != 0;
-            }
+            attention_scores_f16(att, MAX_N, q, n_q, v16 + 3, STRIDE, n, hs, 0.125f);
+            for (int h = 0; h < n_q; h++)
+                for (int p = 0; p < n; p++) {
+                    float want = score_f16(q + (size_t)h * hs, v16 + 3 + (size_t)p * STRIDE, hs) * 0.125f;
+                    off |= memcmp(&att[h * MAX_N + p], &want, sizeof want) != 0;
+                }
             bad += off;
             checked++;
         }
-    report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores == dot_f32 per key (fp16 cache: score_f16)",
+    report("kernels: attention's weighted sum of values == its plain twin bit for bit, scores of 1-7 heads == dot_f32 per key (fp16 "
+           "cache: score_f16)",
            bad == 0 && checked == (int)(sizeof sizes / sizeof sizes[0]) * 4, "%d of %d cases off", bad, checked);
 }
 
-// attention_layer takes the query heads of a kv head together, a block of
-// keys at a time, split across the threads: every head's output must equal
-// attention_heads for that head alone, bit for bit. Head sizes 64 and 128
-// (compiled as constants) and 40, groups of 8, 3 and 1 heads, 1 to 3
-// threads, keys reaching several score blocks and a tail, one position and
-// a prefill block of 3, both cache types.
+// attention_layer takes the query heads of a kv head together, a tile of
+// positions at a time and a block of keys at a time, split across the
+// threads: every output must equal attention computed here one head and
+// one position at a time (dot_f32 per key, softmax_sink, the values added
+// in order), bit for bit. Head sizes 64 and 128 (compiled as constants)
+// and 40, groups of 8, 3 and 1 heads, 1 to 3 threads, keys reaching
+// several score blocks and a tail, one position and blocks of 3, 6 and 7
+// (tiles cut short, rows that see fewer keys than others), a full cache
+// and a sliding window's ring (a block whose keys wrap around it), both
+// cache types.
+static void attention_reference(const Transformer *t, int layer, int h, int pos, const float *q, float *att, float *out) {
+    const Config *c = &t->config;
+    const RunState *s = &t->state;
+    int hs = c->head_size, first = first_seen(t->weights.layers[layer].window, pos), n = pos + 1 - first;
+    int kv_head = h / (c->n_heads / c->n_kv_heads);
+    for (int p = 0; p < n; p++) {
+        size_t at = kv_at(s, c, layer, kv_head, first + p);
+        att[p] = (s->key_cache ? dot_f32(q, s->key_cache + at, hs) : score_f16(q, s->key_cache_f16 + at, hs)) * (1.0f / sqrtf((float)hs));
+    }
+    softmax_sink(att, n, -INFINITY);
+    memset(out, 0, (size_t)hs * sizeof(float));
+    for (int p = 0; p < n; p++) {
+        size_t at = kv_at(s, c, layer, kv_head, first + p);
+        if (s->value_cache) attention_values_plain(out, att + p, s->value_cache + at, (size_t)hs, 1, hs);
+        else attention_values_f16_plain(out, att + p, s->value_cache_f16 + at, (size_t)hs, 1, hs);
+    }
+}
+
 static void test_attention_layer(void) {
     struct { int hs, n_heads, n_kv_heads; } shapes[] = {{64, 32, 4}, {128, 6, 2}, {40, 5, 5}};
+    int cases[][2] = {{299, 1}, {250, 3}, {262, 6}, {0, 7}}; // first position, positions
+    enum { N_CASES = sizeof cases / sizeof cases[0], MOST = 7 };
     uint64_t rng = 47;
     int checked = 0, bad = 0, failed = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int f16 = 0; f16 <= 1; f16++) {
+        for (int setup = 0; setup < 4; setup++) {
+            int f16 = setup & 1, window = setup & 2 ? 5 : 0; // a window of 5: a ring of 5 + BATCH - 1 = 132 slots
             Transformer t;
-            LayerWeights layers[2] = {0}; // what attention reads of them: no sliding window
+            LayerWeights layers[2] = {{.window = window}, {.window = window}}; // what attention reads of them
             memset(&t, 0, sizeof t);
             t.weights.layers = layers;
             Config *c = &t.config;
@@ -1992,11 +2020,14 @@ static void test_attention_layer(void) {
             c->vocab_size = 16;
             c->seq_len = 300;
             RunState *s = &t.state;
-            size_t kv = (size_t)c->n_layers * c->seq_len * kv_dim(c), q_dim = (size_t)c->dim;
-            float *cache = malloc(kv * sizeof(float)), *q = malloc(3 * q_dim * sizeof(float));
-            float *want = malloc(3 * q_dim * sizeof(float)), *got = malloc(3 * q_dim * sizeof(float));
-            float *att = malloc((size_t)c->seq_len * sizeof(float));
-            if (alloc_run_state(s, c, NULL, f16 ? TYPE_F16 : TYPE_F32) != 0 || !cache || !q || !want || !got || !att) {
+            size_t q_dim = (size_t)c->dim;
+            float *q = malloc(MOST * q_dim * sizeof(float)), *want = malloc(MOST * q_dim * sizeof(float));
+            float *got = malloc(MOST * q_dim * sizeof(float)), *att = malloc((size_t)c->seq_len * sizeof(float));
+            float *cache = NULL;
+            int ok = alloc_run_state(s, c, layers, f16 ? TYPE_F16 : TYPE_F32) == 0 && q && want && got && att;
+            ok = ok && (window == 0) == (s->cache_len[1] == c->seq_len);
+            size_t kv = ok ? s->cache_start[1] + (size_t)s->cache_len[1] * kv_dim(c) : 0;
+            if (!ok || !(cache = malloc(kv * sizeof(float)))) {
                 failed++;
             } else {
                 for (int side = 0; side < 2; side++) { // keys, then values
@@ -2004,17 +2035,16 @@ static void test_attention_layer(void) {
                     if (f16) f32_to_f16_row(side ? s->value_cache_f16 : s->key_cache_f16, cache, kv);
                     else memcpy(side ? s->value_cache : s->key_cache, cache, kv * sizeof(float));
                 }
-                random_floats(&rng, q, 3 * q_dim);
-                int cases[][2] = {{299, 1}, {250, 3}}; // last position, positions
-                for (int k = 0; k < 2; k++) {
+                random_floats(&rng, q, MOST * q_dim);
+                for (int k = 0; k < N_CASES; k++) {
                     int pos = cases[k][0], n = cases[k][1];
                     for (int p = 0; p < n; p++)
                         for (int h = 0; h < c->n_heads; h++)
-                            attention_heads(&t, 1, h, 1, pos + p, q + p * q_dim + (size_t)h * c->head_size, att,
-                                            want + p * q_dim + (size_t)h * c->head_size);
+                            attention_reference(&t, 1, h, pos + p, q + p * q_dim + (size_t)h * c->head_size, att,
+                                                want + p * q_dim + (size_t)h * c->head_size);
                     for (int threads = 1; threads <= 3; threads++) {
                         set_threads(threads);
-                        memset(got, 0xFF, 3 * q_dim * sizeof(float)); // NaN: an output not written shows
+                        memset(got, 0xFF, MOST * q_dim * sizeof(float)); // NaN: an output not written shows
                         attention_layer(&t, 1, pos, n, q, got, q_dim);
                         bad += memcmp(got, want, n * q_dim * sizeof(float)) != 0;
                         checked++;
@@ -2025,8 +2055,9 @@ static void test_attention_layer(void) {
             free_run_state(s);
             free(cache); free(q); free(want); free(got); free(att);
         }
-    report("kernels: attention_layer (heads by kv head, keys in blocks, 1-3 threads) == each head alone, bit for bit",
-           failed == 0 && bad == 0 && checked == 3 * 2 * 2 * 3, "%d of %d cases off, %d setups failed", bad, checked, failed);
+    report("kernels: attention_layer (heads by kv head, tiles of positions, keys in blocks, windows, 1-3 threads) == attention one "
+           "head and position at a time, bit for bit",
+           failed == 0 && bad == 0 && checked == 3 * 4 * N_CASES * 3, "%d of %d cases off, %d setups failed", bad, checked, failed);
 }
 
 // max_row against its plain twin on every length up to 70 (each path's
