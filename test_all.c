@@ -3427,7 +3427,6 @@ static void kernel_tests(void) {
     test_quantize_like_llama_cpp("g128_q4_0", TYPE_Q4_0);
     test_quantize_like_llama_cpp_k256();
     test_mix_rules();
-    test_quantized_quality();
 }
 
 /* ============================================================================
@@ -10363,6 +10362,7 @@ static const struct {
     {"tokenizer", tokenizer_tests, "SentencePiece encode and decode against SentencePiece's ids; Gemma 3, o200k"},
     {"forward", forward_tests, "logits against llama.cpp's, the formats' loaders, reference forward passes"},
     {"kernels", kernel_tests, "every fast kernel against its plain twin, the dispatch, quantization, prefill"},
+    {"quality", test_quantized_quality, "each quantized type's logits against fp32's: top-1 agreement and worst error"},
     {"sampler", sampler_tests, "sampling: greedy, temperature, top-p, top-k, min-p, penalties"},
     {"generation", generation_tests, "generate: the reference greedy text, prompts, the context"},
     {"cli", cli_tests, "the command line: flags, modes, bad files and input"},
@@ -10383,17 +10383,18 @@ enum { N_GROUPS = sizeof groups / sizeof groups[0] };
 int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc > 1 && strcmp(argv[1], "--bus-error-child") == 0) bus_error_child(); // exits
-    int chosen[N_GROUPS] = {0}, any_chosen = 0;
+    int chosen[N_GROUPS] = {0}, excluded[N_GROUPS] = {0}, any_chosen = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--list")) {
             for (int g = 0; g < N_GROUPS; g++) printf("%-11s %s\n", groups[g].name, groups[g].what);
             return 0;
         }
-        int g = 0;
-        while (g < N_GROUPS && strcmp(argv[i], groups[g].name) != 0) g++;
+        int except = argv[i][0] == '-', g = 0; // -GROUP: every group but that one
+        while (g < N_GROUPS && strcmp(argv[i] + except, groups[g].name) != 0) g++;
+        if (g < N_GROUPS && except) { excluded[g] = 1; continue; }
         if (g < N_GROUPS) { chosen[g] = any_chosen = 1; continue; }
         if (strchr(argv[i], '/') || dir_exists(argv[i])) { shared = argv[i]; continue; } // the shared directory
-        fprintf(stderr, "test_all: %s: neither a group (./test_all --list) nor a directory\n", argv[i]);
+        fprintf(stderr, "test_all: %s: neither a group, -group (./test_all --list) nor a directory\n", argv[i]);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -10413,10 +10414,11 @@ int main(int argc, char **argv) {
     double start = seconds_now();
     build_mkmodel(); // once, before the child, which would build it too
     ChildGroup export = {.pid = -1};
-    int with_export = !any_chosen || chosen[N_GROUPS - 1]; // the last group: first started, last finished
+    for (int g = 0; g < N_GROUPS; g++) chosen[g] = (chosen[g] || !any_chosen) && !excluded[g];
+    int with_export = chosen[N_GROUPS - 1]; // the last group: first started, last finished
     if (with_export) start_child_group(&export, "export_tests", export_tests);
     for (int g = 0; g < N_GROUPS - 1; g++)
-        if (!any_chosen || chosen[g]) groups[g].run();
+        if (chosen[g]) groups[g].run();
     if (with_export) finish_child_group(&export);
 
     fprintf(stderr, "test_all: %.1f s\n", seconds_now() - start);
