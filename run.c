@@ -5569,17 +5569,18 @@ static inline __attribute__((always_inline)) void scores_rows(float *att, size_t
                             hs, scale, f16);
 }
 
-// n_q queries' scores, four, two or one at a time (head sizes that are
-// not whole chains: one at a time).
+// n_q queries' scores, four, two or one at a time.
 static inline __attribute__((always_inline)) void attention_scores_heads(float *att, size_t att_stride, const float *q, int n_q, const void *k,
                                                                           size_t stride, int n, int hs, float scale, int f16) {
-    int whole = hs % (f16 ? 16 : 32) == 0;
+    if (hs % (f16 ? 16 : 32) != 0) { // not whole chains: one query at a time, as dot_f32 takes them
+        for (int h = 0; h < n_q; h++) attention_scores_as(att + (size_t)h * att_stride, q + (size_t)h * hs, k, stride, n, hs, scale, f16);
+        return;
+    }
     for (int h = 0; h < n_q;) {
-        int qn = !whole ? 1 : n_q - h >= 4 ? 4 : n_q - h >= 2 ? 2 : 1;
+        int qn = n_q - h >= 4 ? 4 : n_q - h >= 2 ? 2 : 1;
         float *a = att + (size_t)h * att_stride;
         const float *qh = q + (size_t)h * hs;
-        if (!whole) attention_scores_as(a, qh, k, stride, n, hs, scale, f16);
-        else if (qn == 4) scores_rows(a, att_stride, qh, 4, k, stride, n, hs, scale, f16);
+        if (qn == 4) scores_rows(a, att_stride, qh, 4, k, stride, n, hs, scale, f16);
         else if (qn == 2) scores_rows(a, att_stride, qh, 2, k, stride, n, hs, scale, f16);
         else scores_rows(a, att_stride, qh, 1, k, stride, n, hs, scale, f16);
         h += qn;
