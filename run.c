@@ -8227,9 +8227,9 @@ static void give_back_folios(const Transformer *t, uintptr_t start, uintptr_t en
     if (end > start) give_back_pages((void *)start, end - start);
 }
 
+#if HAVE_LINUX
 static size_t bytes_of(const Matrix *m) { return (size_t)m->rows * type_row_bytes(m->type, m->cols); }
 
-#if HAVE_LINUX
 // Bytes [start, end) of the mapped file, and whether they are packed.
 typedef struct { uintptr_t start, end; int packed; } MapRange;
 
@@ -8305,6 +8305,15 @@ static int keep_reads_apart(Transformer *t, int n_matrices) {
 static int keep_reads_apart(Transformer *t, int n_matrices) { (void)t, (void)n_matrices; return 0; }
 #endif
 
+// Brings in the pages of fresh memory, every thread its share at once: the
+// kernel clears each page (a huge page: 2 MB) at its first touch, and the
+// threads packing a small matrix would wait on one page's clearing.
+static void touch_pages(unsigned char *p, size_t bytes) {
+    long page = sysconf(_SC_PAGESIZE), n = (long)(bytes / (size_t)page), i;
+    #pragma omp parallel for schedule(static)
+    for (i = 0; i < n; i++) p[i * page] = 0;
+}
+
 // Sets every matrix's kernel, and packs those whose kernel reads the
 // packed layout (pack_groups) into one allocation; the copy replaces the
 // mapped original in memory.
@@ -8326,6 +8335,7 @@ static int choose_kernels(Transformer *t, const char *path) {
         return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
     }
     ask_huge_pages(t->packed, total); // a hint: without it, 4 KB pages
+    touch_pages(t->packed, total);
     size_t at = 0;
     Progress progress = progress_start(stderr);
     char what[600];
