@@ -8314,11 +8314,6 @@ static void touch_pages(unsigned char *p, size_t bytes) {
     for (i = 0; i < n; i++) p[i * page] = 0;
 }
 
-// The packed copy's pages are touched this far ahead of the packing: a few
-// huge pages per thread, and never the whole copy at once, which would push
-// the file's own cached pages out of memory before they are read.
-#define TOUCH_AHEAD ((size_t)64 << 20)
-
 // Sets every matrix's kernel, and packs those whose kernel reads the
 // packed layout (pack_groups) into one allocation; the copy replaces the
 // mapped original in memory.
@@ -8340,7 +8335,8 @@ static int choose_kernels(Transformer *t, const char *path) {
         return fail("%s: out of memory for the packed weights (%zu bytes)", path, total);
     }
     ask_huge_pages(t->packed, total); // a hint: without it, 4 KB pages
-    size_t at = 0, touched = 0; // bytes packed, bytes whose pages are in
+    touch_pages(t->packed, total);
+    size_t at = 0;
     Progress progress = progress_start(stderr);
     char what[600];
     snprintf(what, sizeof what, "loading %s", path);
@@ -8348,12 +8344,6 @@ static int choose_kernels(Transformer *t, const char *path) {
         Matrix *m = kernel_matrix(t, i);
         if (m->kernel != KERNEL_PACKED) continue;
         m->packed = t->packed + at;
-        if (at + packed_size(m) > touched) {
-            size_t upto = at + packed_size(m) + TOUCH_AHEAD;
-            upto = upto < total ? upto / huge * huge : total;
-            touch_pages(t->packed + touched, upto - touched);
-            touched = upto;
-        }
         // in slices of about 8 MB, each slice's original pages given back
         // once it is packed: the model is never in memory twice
         size_t row_bytes = type_row_bytes(m->type, m->cols);
