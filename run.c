@@ -7037,6 +7037,56 @@ static inline __attribute__((always_inline)) void pack_k_row_as(unsigned char *q
         }
 }
 
+// pack_k_row_as for a Q4_K row, four values a step: Q4_K_M files are
+// mostly Q4_K and Q6_K, and the value-by-value loop made their packing
+// the larger part of a start. Vector 4a + m of the layout holds, in row
+// r's bytes, values 32a + 4m.. in its low nibbles and 32a + 16 + 4m.. in
+// its high ones (nibble_vector); the block's byte 32j + l holds values
+// 64j + l and 64j + 32 + l. The same bytes as pack_k_row_as (a test holds
+// them equal).
+static void pack_q4_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block) {
+    const BlockQ4_K *b = block;
+    PackedLayout f = packed_q4_k;
+    memcpy(meta + 2 * r, &b->d, 2);
+    memcpy(meta + 32 + 2 * r, &b->dmin, 2);
+    for (int k = 0; k < 12; k++) meta[meta_sc(f) + 16 * k + r] = b->scales[k];
+    for (int j = 0; j < 4; j++)
+        for (int m = 0; m < 4; m++) {
+            uint32_t lo, hi; // bytes 32j + 4m.. and 32j + 16 + 4m..
+            memcpy(&lo, b->qs + 32 * j + 4 * m, 4);
+            memcpy(&hi, b->qs + 32 * j + 16 + 4 * m, 4);
+            uint32_t even = (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4; // values 64j + 4m.. and 64j + 16 + 4m..
+            uint32_t odd = (lo >> 4 & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u);  // values 64j + 32 + 4m.. and 64j + 48 + 4m..
+            memcpy(quants + 64 * (8 * j + m) + 4 * r, &even, 4);
+            memcpy(quants + 64 * (8 * j + 4 + m) + 4 * r, &odd, 4);
+        }
+}
+
+// The same for a Q6_K row. The layout's vectors 192g + 64n (n = 0..2)
+// hold, in row r's bytes, values 16g + 4n.. and in their top two bits bits
+// 2n and 2n + 1 of values 16g + 12..; in the block, values 32s + l of half
+// h are nibbles of ql and bit pairs of qh (q6_k_quant).
+static void pack_q6_k_row(unsigned char *quants, unsigned char *meta, int r, const void *block) {
+    const BlockQ6_K *b = block;
+    PackedLayout f = packed_q6_k;
+    memcpy(meta + 2 * r, &b->d, 2);
+    for (int j = 0; j < 16; j++) meta[meta_sc(f) + 16 * j + r] = (uint8_t)b->scales[j];
+    for (int g = 0; g < 16; g++) {
+        uint32_t v[4]; // values 16g + 4n.., a byte each
+        for (int n = 0; n < 4; n++) {
+            int k = 16 * g + 4 * n, h = k / 128, s = (k % 128) / 32, l = k % 32;
+            uint32_t low, high;
+            memcpy(&low, b->ql + 64 * h + 32 * (s & 1) + l, 4);
+            memcpy(&high, b->qh + 32 * h + l, 4);
+            v[n] = ((s < 2 ? low : low >> 4) & 0x0F0F0F0Fu) | (high >> 2 * s & 0x03030303u) << 4;
+        }
+        for (int n = 0; n < 3; n++) {
+            uint32_t bytes = v[n] | (v[3] >> 2 * n & 0x03030303u) << 6;
+            memcpy(quants + 192 * g + 64 * n + 4 * r, &bytes, 4);
+        }
+    }
+}
+
 // pack_k_row_as compiled for each type (a constant once inlined: the
 // unpacking's and the planes' branches fold away): packing is the larger
 // part of a quantized model's start.
@@ -7044,9 +7094,15 @@ static void pack_k_row(unsigned char *quants, unsigned char *meta, int r, const 
     switch (type) {
     case TYPE_Q2_K: pack_k_row_as(quants, meta, r, block, TYPE_Q2_K); break;
     case TYPE_Q3_K: pack_k_row_as(quants, meta, r, block, TYPE_Q3_K); break;
-    case TYPE_Q4_K: pack_k_row_as(quants, meta, r, block, TYPE_Q4_K); break;
+    case TYPE_Q4_K:
+        if (block) pack_q4_k_row(quants, meta, r, block);
+        else pack_k_row_as(quants, meta, r, block, TYPE_Q4_K);
+        break;
     case TYPE_Q5_K: pack_k_row_as(quants, meta, r, block, TYPE_Q5_K); break;
-    case TYPE_Q6_K: pack_k_row_as(quants, meta, r, block, TYPE_Q6_K); break;
+    case TYPE_Q6_K:
+        if (block) pack_q6_k_row(quants, meta, r, block);
+        else pack_k_row_as(quants, meta, r, block, TYPE_Q6_K);
+        break;
     case TYPE_IQ4_XS: pack_k_row_as(quants, meta, r, block, TYPE_IQ4_XS); break;
     default: no_packed_layout(type);
     }

@@ -2271,6 +2271,36 @@ static void test_packed_rows(void) {
            bad == 0 && n_types >= 13 && checked > 0, "%d types, %d rows, %d off%s", n_types, checked, bad, where);
 }
 
+// Q4_K's and Q6_K's packing four values a step (pack_q4_k_row,
+// pack_q6_k_row) write the bytes the value-by-value packing writes, every
+// byte of the 16 rows' quants and meta.
+static void test_pack_k_rows_fast(void) {
+    uint64_t rng = 17;
+    int checked = 0, bad = 0, n_blocks = 3, types[2] = {TYPE_Q4_K, TYPE_Q6_K};
+    void (*fast_pack[2])(unsigned char *, unsigned char *, int, const void *) = {pack_q4_k_row, pack_q6_k_row};
+    char where[96] = "";
+    for (int t = 0; t < 2; t++) {
+        const PackedLayout *f = packed_layout(types[t]);
+        size_t bytes = f->quant_bytes + f->meta_bytes, row_bytes = type_row_bytes(types[t], n_blocks * QK_K);
+        Matrix m = random_matrix(&rng, types[t], GROUP_ROWS, n_blocks * QK_K);
+        unsigned char *fast = malloc(bytes), *plain = malloc(bytes);
+        for (int b = 0; b < n_blocks; b++, checked++) {
+            memset(fast, 0x00, bytes); // different fillings: a byte that one side leaves out differs
+            memset(plain, 0xFF, bytes);
+            for (int r = 0; r < GROUP_ROWS; r++) {
+                const unsigned char *block = (const unsigned char *)m.data + (size_t)r * row_bytes + (size_t)b * type_traits[types[t]].block_bytes;
+                fast_pack[t](fast, fast + f->quant_bytes, r, block);
+                if (types[t] == TYPE_Q4_K) pack_k_row_as(plain, plain + f->quant_bytes, r, block, TYPE_Q4_K);
+                else pack_k_row_as(plain, plain + f->quant_bytes, r, block, TYPE_Q6_K);
+            }
+            if (memcmp(fast, plain, bytes) != 0 && !bad++) format_text(where, sizeof where, "; first: %s block %d", type_name((uint32_t)types[t]), b);
+        }
+        free(fast); free(plain); free((void *)m.data);
+    }
+    report("kernels: Q4_K and Q6_K packed four values a step == packed value by value (quants, scales, mins)", bad == 0 && checked == 2 * n_blocks,
+           "%d blocks of 16 rows, %d differ%s", checked, bad, where);
+}
+
 // quantize_act (SIMD where built) == quantize_act_plain.
 static void test_quantize_act(void) {
     uint64_t rng = 9;
@@ -3393,6 +3423,7 @@ static void kernel_tests(void) {
     test_packed_layout_table();
     test_packed_layout();
     test_packed_rows();
+    test_pack_k_rows_fast();
     test_quantize_act();
     test_quantize_q8_k();
     test_quantize_q8_0();
